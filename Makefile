@@ -1,0 +1,58 @@
+# django-resonate: `make run` serves, `make test` runs every test. Both set everything up first.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8001
+PG_URL ?= postgresql://postgres@127.0.0.1:5432/resonate
+export PYTHONDONTWRITEBYTECODE := 1
+
+# A Python >= 3.12: from PATH, else pyenv's versions (the SDKs and Django 6 need 3.12+).
+PYTHON_BOOT := $(shell for c in python3.13 python3.12 python3.14 $$(ls -d /root/.pyenv/versions/3.1[234]*/bin/python3 2>/dev/null | sort -r) python3; do \
+	p=$$(command -v $$c 2>/dev/null) || continue; \
+	$$p -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null && { echo $$p; break; }; done)
+
+.PHONY: run test setup lint typecheck test-sqlite test-postgres services clean bench
+
+$(VENV)/.installed: pyproject.toml
+	@test -n "$(PYTHON_BOOT)" || { echo "need Python >= 3.12 (python3.12/3.13 on PATH or under pyenv)"; exit 1; }
+	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py serve --port $(PORT)
+
+services:
+	@bash .ci/services.sh
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	$(VENV)/bin/mypy .
+
+test-sqlite: setup
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 tests
+
+# PostgreSQL run: skipped with a printed reason when the server is unreachable, except under
+# CI=true, where that is a failure.
+test-postgres: setup services
+	@url=$${DATABASE_URL_PG:-$(PG_URL)}; \
+	if $(PY) -c "import sys, psycopg; from psycopg.conninfo import conninfo_to_dict as c, make_conninfo as m; \
+d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_timeout=5).close()" "$$url" 2>/tmp/resonate-pg-check.err; then \
+		DATABASE_URL=$$url $(VENV)/bin/pytest -p no:cacheprovider -n 2 tests; \
+	elif [ "$${CI:-}" = "true" ]; then \
+		echo "PostgreSQL unreachable at $$url under CI=true: failing"; cat /tmp/resonate-pg-check.err; exit 1; \
+	else \
+		echo "SKIPPED the PostgreSQL run: unreachable at $$url ($$(tail -1 /tmp/resonate-pg-check.err))"; \
+	fi
+
+test: lint typecheck test-sqlite test-postgres
+
+clean:
+	rm -rf $(VENV) resonate.sqlite3*

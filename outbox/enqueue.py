@@ -1,0 +1,61 @@
+"""Keyed outbox upserts (spec §1.4 ``setMessage``), run inside the caller's transaction.
+
+``execute`` is keyed by task id, so a newer execute replaces an undelivered older one (the later
+version wins); ``unblock`` by ``<promise id>:notify:<address>``. Each upsert bumps ``revision`` and
+resets the delivery bookkeeping, and asks for a drain once the transaction commits.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import connection, transaction
+
+from .models import Message
+
+_TABLE = Message._meta.db_table
+_SQL = """
+INSERT INTO {table} (key, kind, address, task_id, version, promise, created_at, revision,
+                     attempts, next_attempt_at, last_error)
+VALUES (%s, %s, %s, %s, %s, {json}, %s, 1, 0, %s, '')
+ON CONFLICT (key) DO UPDATE SET
+    kind = excluded.kind, address = excluded.address, task_id = excluded.task_id,
+    version = excluded.version, promise = excluded.promise, created_at = excluded.created_at,
+    revision = {table}.revision + 1, attempts = 0, next_attempt_at = excluded.next_attempt_at,
+    last_error = ''
+"""
+
+
+def _sql() -> str:
+    json_param = "CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"
+    return _SQL.format(table=_TABLE, json=json_param)
+
+
+def _upsert(
+    key: str,
+    kind: str,
+    address: str,
+    task_id: str | None,
+    version: int | None,
+    promise: dict[str, Any] | None,
+    now: int,
+) -> None:
+    payload = None if promise is None else json.dumps(promise, separators=(",", ":"))
+    with connection.cursor() as cursor:
+        cursor.execute(_sql(), [key, kind, address, task_id, version, payload, now, now])
+    transaction.on_commit(_kick)
+
+
+def execute(task_id: str, version: int, address: str, now: int) -> None:
+    _upsert(task_id, "execute", address, task_id, version, None, now)
+
+
+def unblock(record: dict[str, Any], address: str, now: int) -> None:
+    _upsert(f"{record['id']}:notify:{address}", "unblock", address, None, None, record, now)
+
+
+def _kick() -> None:
+    from .signals import outbox_committed
+
+    outbox_committed.send(sender=Message)

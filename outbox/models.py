@@ -1,0 +1,34 @@
+"""The outbox (spec §1.4): a keyed set of messages committed with the state change that causes
+them. ``execute`` is keyed by task id (the later version wins), ``unblock`` by promise and
+address. ``revision`` grows on every upsert, so a deliverer deletes a row only if nobody replaced
+it while the message was in flight.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class MessageKind(models.TextChoices):
+    EXECUTE = "execute"
+    UNBLOCK = "unblock"
+
+
+class Message(models.Model):
+    key = models.TextField(primary_key=True)
+    kind = models.CharField(max_length=10, choices=MessageKind.choices)
+    address = models.TextField()
+    task_id = models.TextField(null=True, blank=True)
+    version = models.IntegerField(null=True, blank=True)
+    promise = models.JSONField(null=True, blank=True, help_text="unblock: the settled record")
+    created_at = models.BigIntegerField(help_text="ms: when the transition wrote it")
+    revision = models.BigIntegerField(default=1)
+    attempts = models.IntegerField(default=0)
+    next_attempt_at = models.BigIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["next_attempt_at"], name="outbox_due")]
+
+    def __str__(self) -> str:
+        return self.key

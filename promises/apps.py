@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class PromisesConfig(AppConfig):
+    name = "promises"
+    verbose_name = "Resonate promises"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401  (registers the system checks)

@@ -1,0 +1,79 @@
+"""The ``RESONATE`` settings namespace.
+
+Read through :func:`resonate_settings`, which merges, in increasing precedence, the defaults
+below, ``settings.RESONATE`` and ``RESONATE_<KEY>`` environment variables. The merged view is
+cached and dropped whenever Django's ``setting_changed`` fires (tests use ``override_settings``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+
+@dataclass(frozen=True)
+class ResonateSettings:
+    # Protocol (spec ServerConfig). Redispatch cadence of a pending task nobody acquires; must be
+    # > 0, or the retry step would be permanently enabled.
+    RETRY_TIMEOUT_MS: int = 5000
+    # Debug surface (C12): off means every debug.* answers 403 and resonate:debug_time is ignored.
+    DEBUG: bool = False
+    # Request limits. Larger requests answer 400 and change nothing.
+    MAX_BODY_BYTES: int = 10 * 1024 * 1024
+    # Searches (not in the spec; shaped like the reference server's).
+    SEARCH_LIMIT_DEFAULT: int = 100
+    SEARCH_LIMIT_MAX: int = 1000
+    # Promises returned in ``preload`` (same resonate:branch) by task.create/acquire/fence.
+    PRELOAD_LIMIT: int = 1000
+    # Rows an internal step processes per transaction; a full batch is run again at once.
+    STEP_BATCH: int = 500
+    # Occurrences one schedule may fire per step (catch-up after downtime continues next step).
+    SCHEDULE_CATCHUP_BATCH: int = 100
+    # Put into the head of every execute message as serverUrl.
+    SERVER_URL: str = ""
+    # How often the internal steps run (beat in production, a thread in the embedded server).
+    TICK_INTERVAL_MS: int = 1000
+    # Outbox delivery (see outbox/).
+    DRAIN_BATCH: int = 100
+    PUSH_TIMEOUT_MS: int = 10_000
+    PUSH_BACKOFF_BASE_MS: int = 500
+    PUSH_BACKOFF_MAX_MS: int = 60_000
+    PUSH_BEARER_TOKEN: str = ""
+    SSE_KEEPALIVE_MS: int = 15_000
+
+
+def _coerce(raw: str, like: Any) -> Any:
+    if isinstance(like, bool):
+        return raw.strip().lower() in {"1", "true", "yes", "on"}
+    if isinstance(like, int):
+        return int(raw)
+    return raw
+
+
+@cache
+def resonate_settings() -> ResonateSettings:
+    configured: dict[str, Any] = dict(getattr(settings, "RESONATE", {}) or {})
+    defaults = ResonateSettings()
+    values: dict[str, Any] = {}
+    for f in fields(ResonateSettings):
+        value = configured.get(f.name, getattr(defaults, f.name))
+        env = os.environ.get(f"RESONATE_{f.name}")
+        if env is not None and f.name != "DEBUG":
+            value = _coerce(env, getattr(defaults, f.name))
+        values[f.name] = value
+    unknown = set(configured) - {f.name for f in fields(ResonateSettings)}
+    if unknown:
+        raise ValueError(f"unknown RESONATE settings: {', '.join(sorted(unknown))}")
+    return ResonateSettings(**values)
+
+
+@receiver(setting_changed)
+def _reset(setting: str, **_: Any) -> None:
+    if setting == "RESONATE":
+        resonate_settings.cache_clear()

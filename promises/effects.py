@@ -1,0 +1,48 @@
+"""What a transition leaves for the internal steps, and running them inline.
+
+A handler first applies exactly the abstract machine's transition (spec §4). The steps that
+transition enables for the objects it touched (dispatch of a task made due, the listener and
+callback drains of a promise it settled) then run in the same transaction, so a worker hears
+at once instead of at the next sweep. While ``debug.start`` has paused the steps they do not
+run: the settled promise's subscriptions are only marked ready for ``debug.tick``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .models import Callback, Listener, Promise
+
+if TYPE_CHECKING:
+    from tasks_app.models import Task
+
+
+@dataclass
+class Effects:
+    due: list[tuple[Task, Promise]] = field(default_factory=list)
+    settled: list[Promise] = field(default_factory=list)
+
+    def became_pending(self, task: Task, promise: Promise) -> None:
+        self.due.append((task, promise))
+
+    def settled_promise(self, promise: Promise) -> None:
+        self.settled.append(promise)
+
+
+def finish(fx: Effects, now: int, *, inline: bool) -> None:
+    """Run the enabled steps for what ``fx`` recorded (inline), or leave them for the sweeps."""
+    from tasks_app.transitions import dispatch
+
+    from . import services
+
+    if not inline:
+        for p in fx.settled:
+            Callback.objects.filter(awaited=p).update(ready=True)
+            Listener.objects.filter(awaited=p).update(ready=True)
+        return
+    for p in fx.settled:
+        services.drain_listeners(p, now)
+        services.drain_callbacks(p, now, fx)
+    for task, promise in fx.due:
+        dispatch(task, promise, now)

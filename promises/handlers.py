@@ -1,0 +1,211 @@
+"""Promise handlers P-01 … P-06, one per request kind (spec §4), each ``(request, now)``.
+
+Writers run in one transaction: lock, decide every refusal, write, run the enabled steps inline
+(``effects.finish``), return. Readers take no lock and write nothing (read discipline -p, L1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KeyTextTransform
+
+from .conf import resonate_settings
+from .debug import paused
+from .effects import Effects, finish
+from .locks import promise_for_update, promises_for_update
+from .models import Callback, Listener, Promise
+from .protocol import (
+    PENDING,
+    SETTABLE,
+    Response,
+    bad_request,
+    fail,
+    is_live,
+    ok,
+    promise_record,
+)
+from .requests import (
+    PromiseCreateReq,
+    PromiseGetReq,
+    PromiseRegisterCallbackReq,
+    PromiseRegisterListenerReq,
+    PromiseSearchReq,
+    PromiseSettleReq,
+    Value,
+)
+from .search import search_page
+
+PROMISE_NOT_FOUND = "promise not found"
+
+
+def promise_get(req: PromiseGetReq, now: int) -> Response:
+    """P-01."""
+    p = Promise.objects.filter(id=req.id).first()
+    if p is None:
+        return fail(404, PROMISE_NOT_FOUND)
+    return ok({"promise": promise_record(p, now)})
+
+
+def promise_create(req: PromiseCreateReq, now: int) -> Response:
+    """P-02. Idempotent by id: an existing promise is returned as projected now, whatever the
+    request says. A ``resonate:target`` tag also creates the task, due for dispatch at once (or
+    at ``resonate:delay``)."""
+    with transaction.atomic():
+        fx = Effects()
+        res = create(req, now, fx)
+        finish(fx, now, inline=not paused())
+        return res
+
+
+def create(req: PromiseCreateReq, now: int, fx: Effects) -> Response:
+    """P-02 inside a caller's transaction (also the inner handler of ``task.fence``).
+
+    The spec refuses a timer that is also targeted (400); the Python SDK's ``ctx.sleep`` sends
+    exactly that, so it is accepted with timer semantics (README, deviations).
+    """
+    from . import services
+
+    existing = promise_for_update(req.id)
+    if existing is None:
+        created = services.create_with_task(req, now, fx)
+        if created is not None:
+            return ok({"promise": promise_record(created, now)})
+        existing = promise_for_update(req.id)
+        assert existing is not None
+    return ok({"promise": promise_record(existing, now)})
+
+
+def check_settable(state: str) -> Response | None:
+    if state not in SETTABLE:
+        return bad_request(f"state must be one of {', '.join(SETTABLE)}, got {state!r}")
+    return None
+
+
+def promise_settle(req: PromiseSettleReq, now: int) -> Response:
+    """P-03. The first verdict wins; a later settle, or one after the deadline, answers 200 with
+    the record as it stands (clients must read the record, not the status)."""
+    if refusal := check_settable(req.state):
+        return refusal
+    with transaction.atomic():
+        fx = Effects()
+        res = settle(req.id, req.state, req.value, now, fx)
+        finish(fx, now, inline=not paused())
+        return res
+
+
+def settle(promise_id: str, state: str, value: Value, now: int, fx: Effects) -> Response:
+    """P-03 after its 400, inside a caller's transaction (also the inner handler of a fence)."""
+    from . import services
+
+    p = promise_for_update(promise_id)
+    if p is None:
+        return fail(404, PROMISE_NOT_FOUND)
+    if is_live(p, now):
+        services.settle(p, state, value, now, fx)
+    return ok({"promise": promise_record(p, now)})
+
+
+def promise_register_callback(req: PromiseRegisterCallbackReq, now: int) -> Response:
+    """P-04. Records that ``awaiter``'s task is resumed when ``awaited`` settles, only while both
+    are live; answers with the awaited record either way."""
+    if req.awaited == req.awaiter:
+        return bad_request("awaited and awaiter must differ")
+    with transaction.atomic():
+        locked = promises_for_update([req.awaited, req.awaiter])
+        awaited, awaiter = locked.get(req.awaited), locked.get(req.awaiter)
+        if awaited is None:
+            return fail(404, PROMISE_NOT_FOUND)
+        if awaiter is None:
+            return fail(422, "awaiter promise not found")
+        if awaiter.target is None:
+            return fail(422, "awaiter has no resonate:target, so no task to resume")
+        if not awaited.external:
+            return fail(422, "awaited promise is internal (not external, targeted or a timer)")
+        if is_live(awaited, now) and is_live(awaiter, now):
+            Callback.objects.bulk_create(
+                [Callback(awaited=awaited, awaiter=awaiter)], ignore_conflicts=True
+            )
+        return ok({"promise": promise_record(awaited, now)})
+
+
+def deliverable(address: str) -> bool:
+    """Spec HEAD: ``http://``, ``https://``, or ``poll://`` with an ``@``."""
+    if address.startswith(("http://", "https://")):
+        return True
+    return address.startswith("poll://") and "@" in address
+
+
+def promise_register_listener(req: PromiseRegisterListenerReq, now: int) -> Response:
+    """P-05. A listener on a settled promise is not recorded: the 200 record is the answer."""
+    if not deliverable(req.address):
+        return bad_request(
+            "address must start with http://, https:// or poll:// (poll addresses need an @)"
+        )
+    with transaction.atomic():
+        p = promise_for_update(req.awaited)
+        if p is None:
+            return fail(404, PROMISE_NOT_FOUND)
+        if not p.external:
+            return fail(422, "promise is internal (not external, targeted or a timer)")
+        if is_live(p, now):
+            Listener.objects.bulk_create(
+                [Listener(awaited=p, address=req.address)], ignore_conflicts=True
+            )
+        return ok({"promise": promise_record(p, now)})
+
+
+PROMISE_STATES = ("pending", "resolved", "rejected", "rejected_canceled", "rejected_timedout")
+
+
+def projected_state_q(state: str, now: int) -> Q:
+    """Rows whose *projected* state is ``state`` at ``now`` (C8 holds for searches too)."""
+    dead = Q(state=PENDING, timeout_at__lte=now)
+    if state == "pending":
+        return Q(state=PENDING, timeout_at__gt=now)
+    if state == "resolved":
+        return Q(state="resolved") | (dead & Q(timer=True))
+    if state == "rejected_timedout":
+        return Q(state="rejected_timedout") | (dead & Q(timer=False))
+    return Q(state=state)
+
+
+def filter_tags(qs: QuerySet[Any], field: str, tags: dict[str, str]) -> QuerySet[Any]:
+    """Exact match on every given tag. Keys are arbitrary strings (``resonate:target``, even ones
+    containing ``__``), so each is looked up through an explicit key transform."""
+    for i, (key, value) in enumerate(sorted(tags.items())):
+        qs = qs.alias(**{f"_tag{i}": KeyTextTransform(key, field)}).filter(**{f"_tag{i}": value})
+    return qs
+
+
+def promise_search(req: PromiseSearchReq, now: int) -> Response:
+    """Not in the spec (501 there); shaped like the reference server: filter by projected state
+    and exact tag values, ordered by id, ``cursor`` = the last id of the previous page."""
+    if req.state is not None and req.state not in PROMISE_STATES:
+        return bad_request(f"state must be one of {', '.join(PROMISE_STATES)}")
+    conf = resonate_settings()
+    limit = req.limit or conf.SEARCH_LIMIT_DEFAULT
+    if limit > conf.SEARCH_LIMIT_MAX:
+        return bad_request(f"limit must be at most {conf.SEARCH_LIMIT_MAX}")
+    qs = Promise.objects.all()
+    if req.state is not None:
+        qs = qs.filter(projected_state_q(req.state, now))
+    if req.tags:
+        qs = filter_tags(qs, "tags", req.tags)
+    rows, cursor = search_page(qs, req.cursor, limit)
+    data: dict[str, object] = {"promises": [promise_record(p, now) for p in rows]}
+    if cursor is not None:
+        data["cursor"] = cursor
+    return ok(data)
+
+
+__all__ = [
+    "promise_create",
+    "promise_get",
+    "promise_register_callback",
+    "promise_register_listener",
+    "promise_search",
+    "promise_settle",
+]

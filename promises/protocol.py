@@ -1,0 +1,108 @@
+"""Responses, records and the projection (spec §2.2, "fact P" and "fact T").
+
+Every response is built from these functions, so every response serves the projected view (C8):
+a promise stored ``pending`` whose deadline has passed reads as settled at its deadline, and its
+task reads as ``fulfilled``, whether or not the timeout step has written that yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .models import Promise, PromiseState
+
+if TYPE_CHECKING:
+    from tasks_app.models import Task
+
+PENDING = PromiseState.PENDING.value
+RESOLVED = PromiseState.RESOLVED.value
+REJECTED_TIMEDOUT = PromiseState.REJECTED_TIMEDOUT.value
+SETTABLE = ("resolved", "rejected", "rejected_canceled")
+
+
+@dataclass(slots=True)
+class Response:
+    """A protocol outcome. ``data`` is an object on 2xx/300 and a message string otherwise."""
+
+    status: int
+    data: Any
+
+    @property
+    def ok(self) -> bool:
+        return self.status < 400
+
+
+def ok(data: Any) -> Response:
+    return Response(200, data)
+
+
+def fail(status: int, message: str) -> Response:
+    return Response(status, message)
+
+
+def bad_request(message: str) -> Response:
+    return Response(400, message)
+
+
+# --- projection -------------------------------------------------------------------------------
+
+
+def is_live(p: Promise, now: int) -> bool:
+    """``live(p, now)``: stored pending, deadline not reached (at ``timeoutAt`` it is dead)."""
+    return p.state == PENDING and now < p.timeout_at
+
+
+def projected_state(p: Promise, now: int) -> tuple[str, int | None]:
+    if p.state == PENDING and p.timeout_at <= now:
+        return (RESOLVED if p.timer else REJECTED_TIMEDOUT), p.timeout_at
+    return p.state, p.settled_at
+
+
+def value_json(headers: dict[str, str] | None, data: str | None) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    if headers is not None:
+        value["headers"] = headers
+    if data is not None:
+        value["data"] = data
+    return value
+
+
+def promise_record(p: Promise, now: int) -> dict[str, Any]:
+    state, settled_at = projected_state(p, now)
+    record: dict[str, Any] = {
+        "id": p.id,
+        "state": state,
+        "param": value_json(p.param_headers, p.param_data),
+        "value": value_json(p.value_headers, p.value_data),
+        "tags": p.tags,
+        "timeoutAt": p.timeout_at,
+        "createdAt": p.created_at,
+    }
+    if settled_at is not None:
+        record["settledAt"] = settled_at
+    return record
+
+
+def viewed_task_state(t: Task, p: Promise, now: int) -> str:
+    """Fact T: a task whose promise (projected) is no longer pending reads as fulfilled."""
+    if t.state != "fulfilled" and not is_live(p, now):
+        return "fulfilled"
+    return t.state
+
+
+def task_record(t: Task, p: Promise, now: int) -> dict[str, Any]:
+    state = viewed_task_state(t, p, now)
+    if state == "fulfilled":
+        return {"id": p.id, "state": "fulfilled", "version": t.version, "resumes": 0}
+    record: dict[str, Any] = {
+        "id": p.id,
+        "state": state,
+        "version": t.version,
+        "resumes": len(t.resumes),
+    }
+    if t.ttl is not None:
+        record["ttl"] = t.ttl
+    if t.pid is not None:
+        record["pid"] = t.pid
+    return record

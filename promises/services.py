@@ -1,0 +1,144 @@
+"""Promise births and settlements shared by handlers and steps (spec §4 P-02/P-03, §1.7, R1,
+R3, R4). Callers hold the relevant promise row locks and own the transaction."""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, connection, transaction
+
+from . import tags as T
+from .effects import Effects
+from .models import Callback, Listener, Promise, PromiseState
+from .protocol import promise_record
+from .requests import PromiseCreateReq, Value
+
+
+def new_promise(req: PromiseCreateReq, now: int) -> Promise:
+    """An unsaved promise born at ``now``: pending if its deadline is ahead, else settled at the
+    deadline (resolved for a timer, rejected_timedout otherwise) and stamped ``createdAt =
+    settledAt = timeoutAt``."""
+    tags = req.tags
+    timer = T.is_timer(tags)
+    if req.timeout_at > now:
+        state, created_at, settled_at = PromiseState.PENDING, now, None
+    else:
+        state = PromiseState.RESOLVED if timer else PromiseState.REJECTED_TIMEDOUT
+        created_at = settled_at = req.timeout_at
+    return Promise(
+        id=req.id,
+        state=state,
+        param_headers=req.param.headers,
+        param_data=req.param.data,
+        tags=tags,
+        timeout_at=req.timeout_at,
+        created_at=created_at,
+        settled_at=settled_at,
+        target=tags.get(T.TARGET),
+        timer=timer,
+        external=T.is_external(tags),
+        branch=tags.get(T.BRANCH),
+    )
+
+
+def insert(p: Promise) -> bool:
+    """Insert ``p``; False if a concurrent transaction created the same id first.
+
+    On PostgreSQL the loser of a creation race waits on the unique index and then fails; a
+    savepoint keeps its transaction usable so it can answer with the winner's promise. SQLite
+    serialises writers, so it never races.
+    """
+    if connection.vendor != "postgresql":
+        p.save(force_insert=True)
+        return True
+    try:
+        with transaction.atomic():
+            p.save(force_insert=True)
+    except IntegrityError:
+        return False
+    return True
+
+
+def create_with_task(req: PromiseCreateReq, now: int, fx: Effects) -> Promise | None:
+    """P-02 births: the promise and, when targeted, its task (pending v0, or fulfilled v0 when
+    born dead). None if the id was taken concurrently."""
+    from tasks_app.transitions import born_fulfilled, born_pending
+
+    p = new_promise(req, now)
+    if not insert(p):
+        return None
+    if p.target is not None:
+        if p.state == PromiseState.PENDING:
+            born_pending(p, now, fx)
+        else:
+            born_fulfilled(p)
+    return p
+
+
+def settle(p: Promise, state: str, value: Value | None, settled_at: int, fx: Effects) -> None:
+    """Store a settlement and fulfil the promise's task in the same transaction (§1.7)."""
+    from tasks_app.models import Task
+    from tasks_app.transitions import fulfil
+
+    p.state = state
+    p.value_headers = value.headers if value is not None else None
+    p.value_data = value.data if value is not None else None
+    p.settled_at = settled_at
+    p.save(update_fields=["state", "value_headers", "value_data", "settled_at"])
+    if p.target is not None:
+        task = Task.objects.filter(promise_id=p.id).first()
+        if task is not None and task.state != "fulfilled":
+            fulfil(task)
+    fx.settled_promise(p)
+
+
+def time_out(p: Promise, fx: Effects) -> None:
+    """R1: materialise the deadline settlement (value untouched, stamped at the deadline)."""
+    verdict = PromiseState.RESOLVED if p.timer else PromiseState.REJECTED_TIMEDOUT
+    settle(p, verdict, None, p.timeout_at, fx)
+
+
+def drain_listeners(p: Promise, now: int) -> int:
+    """R3 for every listener of a settled promise: one ``unblock`` each, then forget them."""
+    from outbox import enqueue
+
+    addresses = list(Listener.objects.filter(awaited=p).values_list("address", flat=True))
+    if not addresses:
+        return 0
+    record = promise_record(p, now)
+    for address in addresses:
+        enqueue.unblock(record, address, now)
+    Listener.objects.filter(awaited=p).delete()
+    return len(addresses)
+
+
+def drain_callbacks(p: Promise, now: int, fx: Effects) -> int:
+    """R4 for the callbacks of a settled promise whose awaiter can be locked without waiting.
+
+    Waiting here could deadlock against a suspend that holds the awaiter and wants this promise,
+    so a busy awaiter is skipped; its callback is marked ready and the callback step resumes it.
+    """
+    awaiter_ids = list(Callback.objects.filter(awaited=p).values_list("awaiter_id", flat=True))
+    if not awaiter_ids:
+        return 0
+    resumed = resume_awaiters(p.id, awaiter_ids, now, fx)
+    Callback.objects.filter(awaited=p, awaiter_id__in=resumed).delete()
+    if len(resumed) < len(awaiter_ids):
+        Callback.objects.filter(awaited=p).update(ready=True)
+    return len(resumed)
+
+
+def resume_awaiters(awaited_id: str, awaiter_ids: list[str], now: int, fx: Effects) -> list[str]:
+    """Lock the awaiters that are free (SKIP LOCKED) and resume each; return the ids handled."""
+    from tasks_app.models import Task
+    from tasks_app.transitions import resume
+
+    awaiters = list(
+        Promise.objects.select_for_update(skip_locked=True, of=("self",))
+        .filter(id__in=sorted(awaiter_ids))
+        .order_by("id")
+    )
+    tasks = {t.promise_id: t for t in Task.objects.filter(promise_id__in=[w.id for w in awaiters])}
+    for w in awaiters:
+        task = tasks.get(w.id)
+        if task is not None:
+            resume(task, w, awaited_id, now, fx)
+    return [w.id for w in awaiters]

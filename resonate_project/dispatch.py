@@ -1,0 +1,101 @@
+"""The dispatch table: request kind → (request type, handler). The protocol is the index."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from promises.handlers import (
+    promise_create,
+    promise_get,
+    promise_register_callback,
+    promise_register_listener,
+    promise_search,
+    promise_settle,
+)
+from promises.protocol import Response
+from promises.requests import (
+    PromiseCreateReq,
+    PromiseGetReq,
+    PromiseRegisterCallbackReq,
+    PromiseRegisterListenerReq,
+    PromiseSearchReq,
+    PromiseSettleReq,
+)
+from schedules.handlers import schedule_create, schedule_delete, schedule_get, schedule_search
+from schedules.requests import (
+    ScheduleCreateReq,
+    ScheduleDeleteReq,
+    ScheduleGetReq,
+    ScheduleSearchReq,
+)
+from tasks_app.handlers import (
+    task_acquire,
+    task_continue,
+    task_create,
+    task_fence,
+    task_fulfill,
+    task_get,
+    task_halt,
+    task_heartbeat,
+    task_release,
+    task_search,
+    task_suspend,
+)
+from tasks_app.requests import (
+    TaskAcquireReq,
+    TaskContinueReq,
+    TaskCreateReq,
+    TaskFenceReq,
+    TaskFulfillReq,
+    TaskGetReq,
+    TaskHaltReq,
+    TaskHeartbeatReq,
+    TaskReleaseReq,
+    TaskSearchReq,
+    TaskSuspendReq,
+)
+
+from .debug import (
+    DebugReq,
+    DebugTickReq,
+    debug_reset,
+    debug_snap,
+    debug_start,
+    debug_stop,
+    debug_tick,
+)
+
+Handler = Callable[[Any, int], Response]
+
+KINDS: dict[str, tuple[type, Handler]] = {
+    "promise.get": (PromiseGetReq, promise_get),
+    "promise.create": (PromiseCreateReq, promise_create),
+    "promise.settle": (PromiseSettleReq, promise_settle),
+    "promise.register_callback": (PromiseRegisterCallbackReq, promise_register_callback),
+    "promise.register_listener": (PromiseRegisterListenerReq, promise_register_listener),
+    "promise.search": (PromiseSearchReq, promise_search),
+    "task.get": (TaskGetReq, task_get),
+    "task.create": (TaskCreateReq, task_create),
+    "task.acquire": (TaskAcquireReq, task_acquire),
+    "task.fence": (TaskFenceReq, task_fence),
+    "task.heartbeat": (TaskHeartbeatReq, task_heartbeat),
+    "task.suspend": (TaskSuspendReq, task_suspend),
+    "task.fulfill": (TaskFulfillReq, task_fulfill),
+    "task.release": (TaskReleaseReq, task_release),
+    "task.halt": (TaskHaltReq, task_halt),
+    "task.continue": (TaskContinueReq, task_continue),
+    "task.search": (TaskSearchReq, task_search),
+    "schedule.get": (ScheduleGetReq, schedule_get),
+    "schedule.create": (ScheduleCreateReq, schedule_create),
+    "schedule.delete": (ScheduleDeleteReq, schedule_delete),
+    "schedule.search": (ScheduleSearchReq, schedule_search),
+}
+
+DEBUG_KINDS: dict[str, tuple[type, Handler]] = {
+    "debug.start": (DebugReq, debug_start),
+    "debug.stop": (DebugReq, debug_stop),
+    "debug.reset": (DebugReq, debug_reset),
+    "debug.snap": (DebugReq, debug_snap),
+    "debug.tick": (DebugTickReq, debug_tick),
+}

@@ -1,0 +1,138 @@
+"""The envelope protocol: ``{kind, head, data}`` in, ``{kind, head: {corrId, status, version},
+data}`` out (wire-and-sdks §2.4, §5.3). Parsing decides every shape 400 before a handler runs."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import msgspec
+from django.db import OperationalError
+
+from promises.conf import resonate_settings
+from promises.protocol import Response, bad_request
+
+from .dispatch import DEBUG_KINDS, KINDS
+
+log = logging.getLogger("resonate.envelope")
+
+PROTOCOL_VERSION = "2026-04-01"
+DEBUG_TIME = "resonate:debug_time"
+# PostgreSQL deadlock_detected / serialization_failure: the transaction did nothing; run it again.
+RETRYABLE_SQLSTATES = {"40P01", "40001"}
+ATTEMPTS = 5
+
+
+class Envelope(msgspec.Struct):
+    kind: str
+    head: dict[str, Any] = msgspec.field(default_factory=dict)
+    data: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+_encoder = msgspec.json.Encoder()
+
+
+def _decoder(t: type) -> msgspec.json.Decoder[Any]:
+    dec = _decoders.get(t)
+    if dec is None:
+        dec = _decoders[t] = msgspec.json.Decoder(t)
+    return dec
+
+
+def _field_error(exc: msgspec.ValidationError, prefix: str = "$.data") -> str:
+    return str(exc).replace("`$", f"`{prefix}", 1)
+
+
+def _guess_kind(body: bytes) -> str:
+    try:
+        raw = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return ""
+    kind = raw.get("kind") if isinstance(raw, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
+def respond(kind: str, corr_id: str, res: Response) -> tuple[int, bytes]:
+    body = {
+        "kind": kind,
+        "head": {"corrId": corr_id, "status": res.status, "version": PROTOCOL_VERSION},
+        "data": res.data,
+    }
+    return res.status, _encoder.encode(body)
+
+
+def handle_body(body: bytes, clock_ms: int) -> tuple[int, bytes]:
+    """Decode one envelope, run its handler at ``now``, encode the reply."""
+    conf = resonate_settings()
+    if len(body) > conf.MAX_BODY_BYTES:
+        return respond("", "", bad_request(f"request body exceeds {conf.MAX_BODY_BYTES} bytes"))
+    try:
+        env = _envelope_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        kind = _guess_kind(body)
+        return respond(kind, "", bad_request(f"invalid envelope: {exc}"))
+    except msgspec.DecodeError as exc:
+        return respond("", "", bad_request(f"request body is not valid JSON: {exc}"))
+    corr = env.head.get("corrId", "")
+    corr_id = corr if isinstance(corr, str) else ""
+    try:
+        res = dispatch(env.kind, env.head, env.data, clock_ms, conf.DEBUG)
+    except Exception:
+        log.exception("%s failed", env.kind)
+        res = Response(500, "internal server error")
+    return respond(env.kind, corr_id, res)
+
+
+def dispatch(
+    kind: str, head: dict[str, Any], data: bytes | msgspec.Raw, clock_ms: int, debug: bool
+) -> Response:
+    if not isinstance(head.get("corrId", ""), str):
+        return bad_request("head.corrId must be a string")
+    version = head.get("version")
+    if version is not None and version != PROTOCOL_VERSION:
+        return bad_request(
+            f"unsupported protocol version {version!r}; this server speaks {PROTOCOL_VERSION}"
+        )
+    entry = KINDS.get(kind)
+    if entry is None:
+        if kind in DEBUG_KINDS:
+            if not debug:
+                return Response(403, "debug operations are disabled (set RESONATE_DEBUG)")
+            entry = DEBUG_KINDS[kind]
+        else:
+            return bad_request(f"unknown kind {kind!r}")
+    now = clock_ms
+    if debug and DEBUG_TIME in head:
+        debug_time = head[DEBUG_TIME]
+        if not isinstance(debug_time, int) or isinstance(debug_time, bool) or debug_time < 0:
+            return bad_request("head.resonate:debug_time must be a non-negative integer (ms)")
+        now = debug_time
+    req_type, handler = entry
+    try:
+        req = _decoder(req_type).decode(data)
+    except msgspec.ValidationError as exc:
+        return bad_request(f"invalid data: {_field_error(exc)}")
+    except msgspec.DecodeError as exc:
+        return bad_request(f"data is not valid JSON: {exc}")
+    return run(handler, req, now)
+
+
+def run(handler: Any, req: Any, now: int) -> Response:
+    """Call a handler, running it again if PostgreSQL aborted it for a deadlock or a
+    serialization failure (its transaction rolled back, so nothing happened)."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return handler(req, now)
+        except OperationalError as exc:
+            code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
+            if code not in RETRYABLE_SQLSTATES or attempt == ATTEMPTS - 1:
+                raise
+            log.info("retrying %s after %s", handler.__name__, code)
+    raise AssertionError("unreachable")
+
+
+def call(kind: str, data: dict[str, Any], now: int) -> Response:
+    """Run one request kind from Python (admin actions, commands, tests) exactly as the API does."""
+    return dispatch(kind, {}, msgspec.json.encode(data), now, resonate_settings().DEBUG)

@@ -1,0 +1,133 @@
+"""Settings for the django-resonate server.
+
+Everything comes from the environment so that one build runs the embedded default (SQLite, no
+broker) and the production shape (PostgreSQL, Redis or RabbitMQ) unchanged. Protocol and
+operational knobs live in the single ``RESONATE`` namespace; see ``promises/conf.py`` for the
+documented defaults.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "django-resonate-insecure-development-key")
+DEBUG = _env_bool("DJANGO_DEBUG")
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_celery_beat",
+    "promises",
+    "tasks_app",
+    "schedules",
+    "outbox",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+# The protocol endpoint is POST /; never redirect it to a slash-suffixed URL.
+APPEND_SLASH = False
+
+ROOT_URLCONF = "resonate_project.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "resonate_project.wsgi.application"
+ASGI_APPLICATION = "resonate_project.asgi.application"
+
+DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'resonate.sqlite3'}")
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=600, conn_health_checks=True)
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # Embedded default: WAL for concurrent readers, FULL sync so an acknowledged write survives a
+    # power cut, IMMEDIATE transactions so concurrent writers queue on the lock instead of failing
+    # with "database is locked" when they upgrade from a read.
+    _db["CONN_MAX_AGE"] = 0 if _db["NAME"] == ":memory:" else 600
+    _db["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": ("PRAGMA journal_mode=WAL;PRAGMA synchronous=FULL;PRAGMA foreign_keys=ON;"),
+    }
+    _db.setdefault("TEST", {})["NAME"] = os.environ.get("SQLITE_TEST_NAME") or None
+DATABASES = {"default": _db}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+}
+
+# Celery: the broker decides the production shape; with none configured the embedded server runs
+# the same drain and step code in-process (see outbox/embedded.py).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+
+RESONATE = {
+    "DEBUG": _env_bool("RESONATE_DEBUG"),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # Protocol refusals (4xx) are answers, not incidents.
+    "loggers": {"django.request": {"level": "ERROR"}},
+}

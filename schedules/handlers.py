@@ -1,0 +1,92 @@
+"""Schedule handlers S-01 … S-04, one per request kind (spec §4), each ``(request, now)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from promises.conf import resonate_settings
+from promises.handlers import filter_tags
+from promises.protocol import Response, bad_request, fail, ok
+from promises.search import search_page
+from promises.tags import TARGET, is_timer
+
+from . import cron
+from .models import Schedule
+from .protocol import schedule_record
+from .requests import ScheduleCreateReq, ScheduleDeleteReq, ScheduleGetReq, ScheduleSearchReq
+
+SCHEDULE_NOT_FOUND = "schedule not found"
+
+
+def schedule_get(req: ScheduleGetReq, now: int) -> Response:
+    """S-01. The stored record (schedules have no projection)."""
+    s = Schedule.objects.filter(id=req.id).first()
+    if s is None:
+        return fail(404, SCHEDULE_NOT_FOUND)
+    return ok({"schedule": schedule_record(s)})
+
+
+def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
+    """S-02. Idempotent by id (an existing schedule is returned unchanged); the first run is the
+    first cron instant strictly after ``now``."""
+    if is_timer(req.promise_tags) and TARGET in req.promise_tags:
+        return bad_request("promiseTags may not make a timer that is also targeted")
+    if not cron.valid(req.cron):
+        return bad_request(f"cron is not a valid 5- or 6-field cron expression: {req.cron!r}")
+    with transaction.atomic():
+        existing = Schedule.objects.select_for_update().filter(id=req.id).first()
+        if existing is not None:
+            return ok({"schedule": schedule_record(existing)})
+        s = Schedule(
+            id=req.id,
+            cron=req.cron,
+            promise_id=req.promise_id,
+            promise_timeout=req.promise_timeout,
+            promise_param_headers=req.promise_param.headers,
+            promise_param_data=req.promise_param.data,
+            promise_tags=req.promise_tags,
+            created_at=now,
+            next_run_at=cron.next_after(req.cron, now),
+        )
+        if not _insert(s):
+            s = Schedule.objects.get(id=req.id)
+        return ok({"schedule": schedule_record(s)})
+
+
+def _insert(s: Schedule) -> bool:
+    if connection.vendor != "postgresql":
+        s.save(force_insert=True)
+        return True
+    try:
+        with transaction.atomic():
+            s.save(force_insert=True)
+    except IntegrityError:
+        return False
+    return True
+
+
+def schedule_delete(req: ScheduleDeleteReq, now: int) -> Response:
+    """S-03. Occurrence promises already created are left alone."""
+    with transaction.atomic():
+        deleted, _ = Schedule.objects.filter(id=req.id).delete()
+        if not deleted:
+            return fail(404, SCHEDULE_NOT_FOUND)
+        return ok({})
+
+
+def schedule_search(req: ScheduleSearchReq, now: int) -> Response:
+    """Not in the spec (501 there): filter by exact promise tags, ordered by id, keyset cursor."""
+    conf = resonate_settings()
+    limit = req.limit or conf.SEARCH_LIMIT_DEFAULT
+    if limit > conf.SEARCH_LIMIT_MAX:
+        return bad_request(f"limit must be at most {conf.SEARCH_LIMIT_MAX}")
+    qs = Schedule.objects.all()
+    if req.tags:
+        qs = filter_tags(qs, "promise_tags", req.tags)
+    rows, cursor = search_page(qs, req.cursor, limit)
+    data: dict[str, Any] = {"schedules": [schedule_record(s) for s in rows]}
+    if cursor is not None:
+        data["cursor"] = cursor
+    return ok(data)

@@ -1,0 +1,31 @@
+"""Schedule records and occurrence ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from promises.protocol import value_json
+
+from .models import Schedule
+
+
+def schedule_record(s: Schedule) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "id": s.id,
+        "cron": s.cron,
+        "promiseId": s.promise_id,
+        "promiseTimeout": s.promise_timeout,
+        "promiseParam": value_json(s.promise_param_headers, s.promise_param_data),
+        "promiseTags": s.promise_tags,
+        "createdAt": s.created_at,
+        "nextRunAt": s.next_run_at,
+    }
+    if s.last_run_at is not None:
+        record["lastRunAt"] = s.last_run_at
+    return record
+
+
+def expand(template: str, schedule_id: str, instant_ms: int) -> str:
+    """The occurrence promise id: ``{{.id}}`` is the schedule id, ``{{.timestamp}}`` the
+    occurrence instant in ms (as the reference server)."""
+    return template.replace("{{.id}}", schedule_id).replace("{{.timestamp}}", str(instant_ms))

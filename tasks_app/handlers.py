@@ -1,0 +1,340 @@
+"""Task handlers T-01 … T-11, one per request kind (spec §4), each ``(request, now)``.
+
+"The fence block" is the spec's ordered refusal list shared by acquire, fence, suspend, fulfill
+and release: task absent 404, its promise absent 409, viewed state wrong 409, promise not live
+409, version mismatch 409 (state before version).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from promises import handlers as promise_handlers
+from promises import services
+from promises.conf import resonate_settings
+from promises.debug import paused
+from promises.effects import Effects, finish
+from promises.models import Callback, Promise, PromiseState
+from promises.protocol import (
+    PENDING,
+    Response,
+    bad_request,
+    fail,
+    is_live,
+    ok,
+    promise_record,
+    task_record,
+    viewed_task_state,
+)
+from promises.requests import CreateAction
+from promises.search import search_page
+from promises.tags import TARGET, is_timer
+
+from . import transitions
+from .locks import task_for_update, task_read, tasks_for_update
+from .models import Task, TaskState
+from .requests import (
+    TaskAcquireReq,
+    TaskContinueReq,
+    TaskCreateReq,
+    TaskFenceReq,
+    TaskFulfillReq,
+    TaskGetReq,
+    TaskHaltReq,
+    TaskHeartbeatReq,
+    TaskReleaseReq,
+    TaskSearchReq,
+    TaskSuspendReq,
+)
+
+PROTOCOL_VERSION = "2026-04-01"
+TASK_NOT_FOUND = "task not found"
+
+
+def fence_refusal(
+    t: Task, p: Promise, version: int, now: int, expected: str = "acquired"
+) -> Response | None:
+    """The block after "task absent → 404". Its second entry (task present, promise absent → 409)
+    cannot arise here: a task row references its promise, which is never deleted."""
+    if viewed_task_state(t, p, now) != expected:
+        return fail(409, f"task is not {expected}")
+    if not is_live(p, now):
+        return fail(409, "task's promise is not pending")
+    if t.version != version:
+        return fail(409, f"version mismatch: the task is at version {t.version}")
+    return None
+
+
+def preload(p: Promise, now: int) -> list[dict[str, Any]]:
+    """Promises of the same ``resonate:branch`` as the task's promise, itself excluded, so the SDK
+    can replay without fetching each one (as the reference server fills it)."""
+    if p.branch is None:
+        return []
+    rows = (
+        Promise.objects.filter(branch=p.branch)
+        .exclude(id=p.id)
+        .order_by("id")[: resonate_settings().PRELOAD_LIMIT]
+    )
+    return [promise_record(row, now) for row in rows]
+
+
+def suspend_preload(p: Promise, settled: list[Promise], now: int) -> list[dict[str, Any]]:
+    """The branch preload plus the settled awaited promises, which the SDK re-runs with."""
+    records = preload(p, now)
+    seen = {r["id"] for r in records}
+    records.extend(promise_record(a, now) for a in settled if a.id not in seen)
+    return records
+
+
+def claim(t: Task, p: Promise, now: int) -> Response:
+    return ok(
+        {
+            "task": task_record(t, p, now),
+            "promise": promise_record(p, now),
+            "preload": preload(p, now),
+        }
+    )
+
+
+def task_get(req: TaskGetReq, now: int) -> Response:
+    """T-01. The task as viewed now: fulfilled once its promise is logically settled."""
+    t, p = task_read(req.id)
+    if t is None or p is None:
+        return fail(404, TASK_NOT_FOUND)
+    return ok({"task": task_record(t, p, now)})
+
+
+def task_create(req: TaskCreateReq, now: int) -> Response:
+    """T-02. Create a targeted promise with its task already acquired by the caller, or re-acquire
+    the existing task if it is pending; 409 if someone holds it (even the same pid)."""
+    action = req.action.data
+    if TARGET not in action.tags:
+        return bad_request("action.data.tags must contain resonate:target")
+    if is_timer(action.tags):
+        return bad_request("a resonate:timer promise may not carry resonate:target in task.create")
+    with transaction.atomic():
+        t, p = task_for_update(action.id)
+        if p is None:
+            p = services.new_promise(action, now)
+            if services.insert(p):
+                if p.state == PromiseState.PENDING:
+                    t = transitions.born_acquired(p, req.pid, req.ttl, now)
+                else:
+                    t = transitions.born_fulfilled(p)
+                return ok(
+                    {
+                        "task": task_record(t, p, now),
+                        "promise": promise_record(p, now),
+                        "preload": [],
+                    }
+                )
+            t, p = task_for_update(action.id)
+            assert p is not None
+        if p.target is None:
+            return fail(422, "promise exists and has no resonate:target")
+        if t is None:
+            return fail(409, "promise has no task")
+        state = viewed_task_state(t, p, now)
+        if state == TaskState.FULFILLED:
+            return ok(
+                {"task": task_record(t, p, now), "promise": promise_record(p, now), "preload": []}
+            )
+        if state != TaskState.PENDING:
+            return fail(409, f"task is {state}")
+        transitions.acquire(t, req.pid, req.ttl, now)
+        return claim(t, p, now)
+
+
+def task_acquire(req: TaskAcquireReq, now: int) -> Response:
+    """T-03. Exclusive per version: the version goes up by one and the caller holds the lease."""
+    with transaction.atomic():
+        t, p = task_for_update(req.id)
+        if t is None or p is None:
+            return fail(404, TASK_NOT_FOUND)
+        if refusal := fence_refusal(t, p, req.version, now, expected=TaskState.PENDING):
+            return refusal
+        transitions.acquire(t, req.pid, req.ttl, now)
+        return claim(t, p, now)
+
+
+def task_fence(req: TaskFenceReq, now: int) -> Response:
+    """T-04. Run a promise.create or promise.settle only while the caller holds the task at this
+    version; guard and inner write commit together. The inner outcome (even 400/404) is wrapped
+    in a 200."""
+    action = req.action
+    if action.data.id == req.id:
+        return bad_request("a task may not fence its own promise (use task.fulfill)")
+    with transaction.atomic():
+        locked = tasks_for_update([req.id, action.data.id])
+        t, p = locked.get(req.id, (None, None))
+        if t is None or p is None:
+            return fail(404, TASK_NOT_FOUND)
+        if refusal := fence_refusal(t, p, req.version, now):
+            return refusal
+        fx = Effects()
+        if isinstance(action, CreateAction):
+            inner = promise_handlers.create(action.data, now, fx)
+        else:
+            inner = promise_handlers.check_settable(action.data.state) or promise_handlers.settle(
+                action.data.id, action.data.state, action.data.value, now, fx
+            )
+        finish(fx, now, inline=not paused())
+        head = {
+            "corrId": str(action.head.get("corrId", "")),
+            "status": inner.status,
+            "version": PROTOCOL_VERSION,
+        }
+        kind = "promise.create" if isinstance(action, CreateAction) else "promise.settle"
+        envelope = {"kind": kind, "head": head, "data": inner.data}
+        return ok({"action": envelope, "preload": preload(p, now)})
+
+
+def task_heartbeat(req: TaskHeartbeatReq, now: int) -> Response:
+    """T-05. Extend exactly the named leases held by ``pid`` at those versions whose promise is
+    live (C7); everything else is skipped silently. Always 200."""
+    if not req.tasks:
+        return ok({})
+    with transaction.atomic():
+        locked = tasks_for_update([ref.id for ref in req.tasks])
+        for ref in req.tasks:
+            t, p = locked.get(ref.id, (None, None))
+            if t is None or p is None:
+                continue
+            if (
+                viewed_task_state(t, p, now) == TaskState.ACQUIRED
+                and t.version == ref.version
+                and t.pid == req.pid
+                and is_live(p, now)
+            ):
+                transitions.extend_lease(t, now)
+        return ok({})
+
+
+def task_suspend(req: TaskSuspendReq, now: int) -> Response:
+    """T-06. Park the task on the awaited promises, or answer 300 if any is already settled
+    (keep running; nothing is registered)."""
+    awaited = [a.data.awaited for a in req.actions]
+    if not awaited:
+        return bad_request("actions must not be empty")
+    if req.id in awaited:
+        return bad_request("a task may not await its own promise")
+    if len(set(awaited)) != len(awaited):
+        return bad_request("actions name the same awaited promise twice")
+    with transaction.atomic():
+        locked = tasks_for_update([req.id, *awaited])
+        t, p = locked.get(req.id, (None, None))
+        if t is None or p is None:
+            return fail(404, TASK_NOT_FOUND)
+        if refusal := fence_refusal(t, p, req.version, now):
+            return refusal
+        targets = []
+        for awaited_id in awaited:
+            pair = locked.get(awaited_id)
+            if pair is None:
+                return fail(422, f"awaited promise {awaited_id!r} not found")
+            if not pair[1].external:
+                return fail(422, f"awaited promise {awaited_id!r} is internal")
+            targets.append(pair[1])
+        settled = [a for a in targets if not is_live(a, now)]
+        if settled:
+            if t.resumes:
+                t.resumes = []
+                t.save(update_fields=["resumes"])
+            return Response(300, {"preload": suspend_preload(p, settled, now)})
+        Callback.objects.bulk_create(
+            [Callback(awaited=a, awaiter=p) for a in targets], ignore_conflicts=True
+        )
+        transitions.suspend(t)
+        return ok({})
+
+
+def task_fulfill(req: TaskFulfillReq, now: int) -> Response:
+    """T-07. Settle the task's own promise (``action.data.id`` is not consulted) and fulfil it."""
+    data = req.action.data
+    if refusal := promise_handlers.check_settable(data.state):
+        return refusal
+    with transaction.atomic():
+        t, p = task_for_update(req.id)
+        if t is None or p is None:
+            return fail(404, TASK_NOT_FOUND)
+        if refusal := fence_refusal(t, p, req.version, now):
+            return refusal
+        fx = Effects()
+        services.settle(p, data.state, data.value, now, fx)
+        finish(fx, now, inline=not paused())
+        return ok({"promise": promise_record(p, now)})
+
+
+def task_release(req: TaskReleaseReq, now: int) -> Response:
+    """T-08. Back to pending (resumes kept), due for dispatch at once."""
+    with transaction.atomic():
+        t, p = task_for_update(req.id)
+        if t is None or p is None:
+            return fail(404, TASK_NOT_FOUND)
+        if refusal := fence_refusal(t, p, req.version, now):
+            return refusal
+        fx = Effects()
+        transitions.make_pending(t, p, now, fx)
+        finish(fx, now, inline=not paused())
+        return ok({})
+
+
+def task_halt(req: TaskHaltReq, now: int) -> Response:
+    """T-09. Take a task out of circulation; 409 once it is (viewed) fulfilled (C4)."""
+    with transaction.atomic():
+        t, p = task_for_update(req.id)
+        if t is None or p is None:
+            return fail(404, TASK_NOT_FOUND)
+        state = viewed_task_state(t, p, now)
+        if state == TaskState.FULFILLED:
+            return fail(409, "task is fulfilled")
+        if state != TaskState.HALTED:
+            transitions.halt(t)
+        return ok({})
+
+
+def task_continue(req: TaskContinueReq, now: int) -> Response:
+    """T-10. A halted task goes back to pending and is dispatched (gated on its promise, C4)."""
+    with transaction.atomic():
+        t, p = task_for_update(req.id)
+        if t is None:
+            return fail(404, TASK_NOT_FOUND)
+        if p is None:
+            return fail(404, "task's promise not found")
+        if viewed_task_state(t, p, now) != TaskState.HALTED:
+            return fail(409, "task is not halted")
+        if not is_live(p, now):
+            return fail(409, "task's promise is not pending")
+        fx = Effects()
+        transitions.make_pending(t, p, now, fx)
+        finish(fx, now, inline=not paused())
+        return ok({})
+
+
+TASK_STATES = ("pending", "acquired", "suspended", "halted", "fulfilled")
+
+
+def task_search(req: TaskSearchReq, now: int) -> Response:
+    """Not in the spec (501 there); like the reference server: filter by viewed state, ordered by
+    id, keyset cursor."""
+    if req.state is not None and req.state not in TASK_STATES:
+        return bad_request(f"state must be one of {', '.join(TASK_STATES)}")
+    conf = resonate_settings()
+    limit = req.limit or conf.SEARCH_LIMIT_DEFAULT
+    if limit > conf.SEARCH_LIMIT_MAX:
+        return bad_request(f"limit must be at most {conf.SEARCH_LIMIT_MAX}")
+    qs = Task.objects.select_related("promise")
+    if req.state is not None:
+        live = Q(promise__state=PENDING, promise__timeout_at__gt=now)
+        if req.state == TaskState.FULFILLED:
+            qs = qs.filter(Q(state=TaskState.FULFILLED) | ~live)
+        else:
+            qs = qs.filter(live, state=req.state)
+    rows, cursor = search_page(qs, req.cursor, limit)
+    data: dict[str, Any] = {"tasks": [task_record(t, t.promise, now) for t in rows]}
+    if cursor is not None:
+        data["cursor"] = cursor
+    return ok(data)

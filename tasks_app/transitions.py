@@ -1,0 +1,143 @@
+"""Task transitions shared by handlers and internal steps (spec §1.2, §5.8).
+
+Callers hold the promise row lock of the task's id (see ``promises/locks.py``). Each function
+applies one edge of the task state machine and saves; none reads a clock.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from promises import tags as T
+from promises.conf import resonate_settings
+from promises.models import Promise
+from promises.protocol import is_live, viewed_task_state
+
+from .models import Task, TaskState
+
+if TYPE_CHECKING:
+    from promises.effects import Effects
+
+_LEASE_FIELDS = ["state", "pid", "ttl", "expires_at", "retry_at", "resumes"]
+
+
+def first_dispatch_at(p: Promise, now: int) -> int:
+    """When a task born pending is first due: ``max(resonate:delay, now)``.
+
+    A timer that is also targeted (the Python SDK's ``ctx.sleep``) is never dispatched: nothing
+    runs it, and its deadline settlement fulfils it. Due at its deadline, the retry step finds
+    the promise dead and leaves it to the timeout step.
+    """
+    if p.timer:
+        return p.timeout_at
+    delay = p.tags.get(T.DELAY)
+    return max(T.parse_delay(delay), now) if delay is not None else now
+
+
+def born_pending(p: Promise, now: int, fx: Effects) -> Task:
+    task = Task(promise=p, state=TaskState.PENDING, version=0, retry_at=first_dispatch_at(p, now))
+    task.save(force_insert=True)
+    fx.became_pending(task, p)
+    return task
+
+
+def born_acquired(p: Promise, pid: str, ttl: int, now: int) -> Task:
+    task = Task(
+        promise=p,
+        state=TaskState.ACQUIRED,
+        version=1,
+        pid=pid,
+        ttl=ttl,
+        expires_at=now + ttl,
+    )
+    task.save(force_insert=True)
+    return task
+
+
+def born_fulfilled(p: Promise) -> Task:
+    task = Task(promise=p, state=TaskState.FULFILLED, version=0)
+    task.save(force_insert=True)
+    return task
+
+
+def acquire(t: Task, pid: str, ttl: int, now: int) -> None:
+    t.state = TaskState.ACQUIRED
+    t.version += 1
+    t.pid, t.ttl, t.expires_at = pid, ttl, now + ttl
+    t.retry_at = None
+    t.resumes = []
+    t.save(update_fields=[*_LEASE_FIELDS, "version"])
+
+
+def make_pending(t: Task, p: Promise, now: int, fx: Effects) -> None:
+    """Enter pending (release, continue, lease expiry): due at once, version and resumes kept."""
+    t.state = TaskState.PENDING
+    t.pid = t.ttl = t.expires_at = None
+    t.retry_at = now
+    t.save(update_fields=_LEASE_FIELDS)
+    fx.became_pending(t, p)
+
+
+def fulfil(t: Task) -> None:
+    """The coupled write (spec §1.7): the task of a settled promise is fulfilled with it."""
+    t.state = TaskState.FULFILLED
+    t.pid = t.ttl = t.expires_at = t.retry_at = None
+    t.resumes = []
+    t.save(update_fields=_LEASE_FIELDS)
+
+
+def suspend(t: Task) -> None:
+    t.state = TaskState.SUSPENDED
+    t.pid = t.ttl = t.expires_at = t.retry_at = None
+    t.resumes = []
+    t.save(update_fields=_LEASE_FIELDS)
+
+
+def halt(t: Task) -> None:
+    t.state = TaskState.HALTED
+    t.pid = t.ttl = t.expires_at = t.retry_at = None
+    t.save(update_fields=_LEASE_FIELDS)
+
+
+def extend_lease(t: Task, now: int) -> None:
+    assert t.ttl is not None
+    t.expires_at = now + t.ttl
+    t.save(update_fields=["expires_at"])
+
+
+def resume(t: Task, p: Promise, awaited_id: str, now: int, fx: Effects) -> None:
+    """R4 ``resumeOne``: wake a suspended awaiter or record the resume on an active one.
+
+    The awaiter is viewed through its own projection first, so an awaiter whose own deadline has
+    passed reads as fulfilled and is never woken (C6: timeout always wins).
+    """
+    state = viewed_task_state(t, p, now)
+    if state == TaskState.SUSPENDED:
+        t.state = TaskState.PENDING
+        t.resumes = [awaited_id]
+        t.retry_at = now
+        t.save(update_fields=["state", "resumes", "retry_at"])
+        fx.became_pending(t, p)
+    elif state != TaskState.FULFILLED and awaited_id not in t.resumes:
+        # pending, acquired or halted: something already drives the task; record the resume.
+        t.resumes = [*t.resumes, awaited_id]
+        t.save(update_fields=["resumes"])
+
+
+def dispatch(t: Task, p: Promise, now: int) -> bool:
+    """R6 for one task: re-arm the retry and upsert ``execute`` with the current version.
+
+    Gated on the projected promise (C5): no dispatch for the dead. An empty target names no
+    address, so the retry is re-armed but no message is written.
+    """
+    from outbox import enqueue
+
+    if t.state != TaskState.PENDING or t.retry_at is None or t.retry_at > now:
+        return False
+    if not is_live(p, now):
+        return False
+    t.retry_at = now + resonate_settings().RETRY_TIMEOUT_MS
+    t.save(update_fields=["retry_at"])
+    if p.target:
+        enqueue.execute(p.id, t.version, p.target, now)
+    return True
