@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 
+from . import notify
+from .delivery import is_push
 from .models import Message
 
 _TABLE = Message._meta.db_table
@@ -44,7 +46,7 @@ def _upsert(
     payload = None if promise is None else json.dumps(promise, separators=(",", ":"))
     with connection.cursor() as cursor:
         cursor.execute(_sql(), [key, kind, address, task_id, version, payload, now, now])
-    transaction.on_commit(_kick)
+    notify.after_commit(push=is_push(address))
 
 
 def execute(task_id: str, version: int, address: str, now: int) -> None:
@@ -53,9 +55,3 @@ def execute(task_id: str, version: int, address: str, now: int) -> None:
 
 def unblock(record: dict[str, Any], address: str, now: int) -> None:
     _upsert(f"{record['id']}:notify:{address}", "unblock", address, None, None, record, now)
-
-
-def _kick() -> None:
-    from .signals import outbox_committed
-
-    outbox_committed.send(sender=Message)

@@ -32,3 +32,23 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class Subscriber(models.Model):
+    """An SSE stream connected to some web process: lets ``poll://any@group/id`` prefer the stream
+    ``id`` wherever it is connected. Refreshed while connected; stale rows are ignored."""
+
+    group = models.TextField()
+    stream_id = models.TextField()
+    process = models.CharField(max_length=200)
+    seen_at = models.BigIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["group", "stream_id", "process"], name="subscriber_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group}/{self.stream_id}@{self.process}"

@@ -39,13 +39,25 @@ class ResonateSettings:
     SERVER_URL: str = ""
     # How often the internal steps run (beat in production, a thread in the embedded server).
     TICK_INTERVAL_MS: int = 1000
-    # Outbox delivery (see outbox/).
+    # Outbox delivery (see outbox/). Messages claimed per drain transaction.
     DRAIN_BATCH: int = 100
+    # A claimed message not acknowledged within this long is claimed again (a drainer died).
+    IN_FLIGHT_MS: int = 30_000
+    # HTTP push: per-request timeout, bounded exponential backoff between failed attempts,
+    # parallel requests per drainer, and an optional bearer token sent as Authorization.
     PUSH_TIMEOUT_MS: int = 10_000
     PUSH_BACKOFF_BASE_MS: int = 500
     PUSH_BACKOFF_MAX_MS: int = 60_000
+    PUSH_CONCURRENCY: int = 16
     PUSH_BEARER_TOKEN: str = ""
+    # SSE: comment frames keep idle streams open through proxies.
     SSE_KEEPALIVE_MS: int = 15_000
+    # A web process holding streams looks for their messages at least this often even if no
+    # wake-up reaches it.
+    POLL_FALLBACK_MS: int = 1000
+    # Where wake-ups travel between processes: a redis:// URL. Empty: CELERY_BROKER_URL when it is
+    # Redis; otherwise wake-ups stay in-process (the embedded server) and the fallback polls.
+    NOTIFY_URL: str = ""
 
 
 def _coerce(raw: str, like: Any) -> Any:

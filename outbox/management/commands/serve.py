@@ -1,4 +1,6 @@
-"""``manage.py serve``: the complete server in one process (ASGI app plus the internal steps)."""
+"""``manage.py serve``: the ASGI server. With no ``CELERY_BROKER_URL`` it is the complete embedded
+server (internal steps and HTTP push run in-process); with a broker it serves requests and SSE
+while Celery beat and workers do the rest."""
 
 from __future__ import annotations
 
@@ -7,27 +9,40 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from outbox.notify import celery_enabled
+
 
 class Command(BaseCommand):
-    help = "Serve the Resonate protocol (POST /) with the internal steps running in-process."
+    help = "Serve the Resonate protocol: POST / and GET /poll/{group}/{id}."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default=os.environ.get("HOST", "0.0.0.0"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8001")))
-        parser.add_argument("--no-steps", action="store_true", help="do not run internal steps")
+        parser.add_argument(
+            "--embedded",
+            action=__import__("argparse").BooleanOptionalAction,
+            default=None,
+            help="run steps and push delivery in-process (default: when no broker is set)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         import uvicorn
 
-        from outbox import ticker
+        embedded = options["embedded"]
+        if embedded is None:
+            embedded = not celery_enabled()
+        if embedded:
+            from outbox import embedded as embedded_server
 
-        if not options["no_steps"]:
-            ticker.start()
-        self.stdout.write(f"django-resonate serving on http://{options['host']}:{options['port']}")
+            embedded_server.start()
+        mode = "embedded" if embedded else "web (Celery runs steps and push)"
+        self.stdout.write(
+            f"django-resonate serving on http://{options['host']}:{options['port']} ({mode})"
+        )
         uvicorn.run(
             "resonate_project.asgi:application",
             host=options["host"],
             port=options["port"],
-            log_level="warning",
+            log_level=os.environ.get("UVICORN_LOG_LEVEL", "warning"),
             lifespan="off",
         )
