@@ -45,4 +45,6 @@ class Command(BaseCommand):
             port=options["port"],
             log_level=os.environ.get("UVICORN_LOG_LEVEL", "warning"),
             lifespan="off",
+            # Open SSE streams never end by themselves: do not wait for them at shutdown.
+            timeout_graceful_shutdown=2,
         )
