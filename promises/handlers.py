@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db import connection, transaction
+from django.db.models import Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
 from .conf import resonate_settings
 from .debug import paused
@@ -173,10 +174,13 @@ def projected_state_q(state: str, now: int) -> Q:
 
 
 def filter_tags(qs: QuerySet[Any], field: str, tags: dict[str, str]) -> QuerySet[Any]:
-    """Exact match on every given tag. Keys are arbitrary strings (``resonate:target``, even ones
-    containing ``__``), so each is looked up through an explicit key transform."""
+    """Exact match on every given tag. PostgreSQL: jsonb containment (``@>``). SQLite: each key
+    through an explicit text transform (keys are arbitrary strings, even ones with ``__``)."""
+    if connection.vendor == "postgresql":
+        return qs.filter(**{f"{field}__contains": tags})
     for i, (key, value) in enumerate(sorted(tags.items())):
-        qs = qs.alias(**{f"_tag{i}": KeyTextTransform(key, field)}).filter(**{f"_tag{i}": value})
+        text = Cast(KeyTextTransform(key, field), output_field=TextField())
+        qs = qs.alias(**{f"_tag{i}": text}).filter(**{f"_tag{i}": value})
     return qs
 
 

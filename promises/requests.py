@@ -13,14 +13,33 @@ from typing import Annotated, Any
 from msgspec import Meta, Struct, field
 
 from .models import ID_MAX_LENGTH
+from .tags import BRANCH
 
+# Identifiers are indexed, and a PostgreSQL btree entry holds at most 2704 bytes (an index may
+# pair two identifiers), so every identifier-like string is capped at 1024 bytes of UTF-8.
+ID_MAX_BYTES = 1024
 Id = Annotated[str, Meta(min_length=1, max_length=ID_MAX_LENGTH)]
 Ms = Annotated[int, Meta(ge=0, le=2**63 - 1)]
 Text = Annotated[str, Meta(max_length=ID_MAX_LENGTH)]
-Address = Annotated[str, Meta(max_length=4096)]
+Address = Text
 Limit = Annotated[int, Meta(ge=1)]
 Tags = dict[str, str]
 Head = dict[str, Any]
+
+
+def check_bytes(name: str, value: str) -> None:
+    if len(value) > ID_MAX_BYTES // 4 and len(value.encode()) > ID_MAX_BYTES:
+        raise ValueError(f"`{name}` must be at most {ID_MAX_BYTES} bytes of UTF-8")
+
+
+class Req(Struct):
+    """Base of every request type: caps the byte length of its top-level strings."""
+
+    def __post_init__(self) -> None:
+        for name, wire in zip(self.__struct_fields__, self.__struct_encode_fields__, strict=True):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                check_bytes(wire, value)
 
 
 class Value(Struct, forbid_unknown_fields=False):
@@ -28,34 +47,39 @@ class Value(Struct, forbid_unknown_fields=False):
     data: str | None = None
 
 
-class PromiseGetReq(Struct):
+class PromiseGetReq(Req):
     id: Id
 
 
-class PromiseCreateReq(Struct, rename="camel"):
+class PromiseCreateReq(Req, rename="camel"):
     id: Id
     timeout_at: Ms
     param: Value = field(default_factory=Value)
     tags: Tags = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if BRANCH in self.tags:  # indexed for preload
+            check_bytes(f"tags.{BRANCH}", self.tags[BRANCH])
 
-class PromiseSettleReq(Struct):
+
+class PromiseSettleReq(Req):
     id: Id
     state: str
     value: Value = field(default_factory=Value)
 
 
-class PromiseRegisterCallbackReq(Struct):
+class PromiseRegisterCallbackReq(Req):
     awaited: Id
     awaiter: Id
 
 
-class PromiseRegisterListenerReq(Struct):
+class PromiseRegisterListenerReq(Req):
     awaited: Id
     address: Address
 
 
-class PromiseSearchReq(Struct):
+class PromiseSearchReq(Req):
     state: str | None = None
     tags: Tags | None = None
     limit: Limit | None = None

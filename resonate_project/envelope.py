@@ -4,6 +4,7 @@ data}`` out (wire-and-sdks §2.4, §5.3). Parsing decides every shape 400 before
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import msgspec
@@ -21,6 +22,9 @@ DEBUG_TIME = "resonate:debug_time"
 # PostgreSQL deadlock_detected / serialization_failure: the transaction did nothing; run it again.
 RETRYABLE_SQLSTATES = {"40P01", "40001"}
 ATTEMPTS = 5
+# A JSON \u0000 escape not itself escaped: PostgreSQL cannot store NUL in text or jsonb, so it is
+# refused on every database alike.
+_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 class Envelope(msgspec.Struct):
@@ -110,8 +114,11 @@ def dispatch(
             return bad_request("head.resonate:debug_time must be a non-negative integer (ms)")
         now = debug_time
     req_type, handler = entry
+    raw = bytes(data)
+    if b"\\u0000" in raw and _NUL.search(raw):
+        return bad_request("strings in data may not contain NUL (\\u0000)")
     try:
-        req = _decoder(req_type).decode(data)
+        req = _decoder(req_type).decode(raw)
     except msgspec.ValidationError as exc:
         return bad_request(f"invalid data: {_field_error(exc)}")
     except msgspec.DecodeError as exc:

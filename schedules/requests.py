@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from msgspec import Struct, field
+from msgspec import field
 
-from promises.requests import Id, Limit, Ms, Tags, Text, Value
+from promises.requests import Id, Limit, Ms, Req, Tags, Text, Value, check_bytes
 
 
-class ScheduleGetReq(Struct):
+class ScheduleGetReq(Req):
     id: Id
 
 
-class ScheduleCreateReq(Struct, rename="camel"):
+class ScheduleCreateReq(Req, rename="camel"):
     id: Id
     cron: Text
     promise_id: Text
@@ -19,12 +19,18 @@ class ScheduleCreateReq(Struct, rename="camel"):
     promise_param: Value = field(default_factory=Value)
     promise_tags: Tags = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # Occurrence ids are promise ids: the expanded template must fit too.
+        longest = self.promise_id.replace("{{.id}}", self.id).replace("{{.timestamp}}", "9" * 20)
+        check_bytes("promiseId (expanded)", longest)
 
-class ScheduleDeleteReq(Struct):
+
+class ScheduleDeleteReq(Req):
     id: Id
 
 
-class ScheduleSearchReq(Struct):
+class ScheduleSearchReq(Req):
     tags: Tags | None = None
     limit: Limit | None = None
     cursor: Text | None = None

@@ -12,6 +12,7 @@ from promises.requests import (
     Id,
     Limit,
     Ms,
+    Req,
     SettleAction,
     Text,
     Value,
@@ -21,40 +22,40 @@ Version = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 Pid = Text
 
 
-class TaskGetReq(Struct):
+class TaskGetReq(Req):
     id: Id
 
 
-class TaskCreateReq(Struct):
+class TaskCreateReq(Req):
     pid: Pid
     ttl: Ms
     action: CreateAction
 
 
-class TaskAcquireReq(Struct):
+class TaskAcquireReq(Req):
     id: Id
     version: Version
     pid: Pid
     ttl: Ms
 
 
-class TaskFenceReq(Struct):
+class TaskFenceReq(Req):
     id: Id
     version: Version
     action: CreateAction | SettleAction
 
 
-class TaskRef(Struct):
+class TaskRef(Req):
     id: Id
     version: Version
 
 
-class TaskHeartbeatReq(Struct):
+class TaskHeartbeatReq(Req):
     pid: Pid
     tasks: list[TaskRef] = field(default_factory=list)
 
 
-class SuspendCallbackData(Struct):
+class SuspendCallbackData(Req):
     awaited: Id
     awaiter: Text | None = None  # not consulted by the spec: the awaiter is always the task
 
@@ -64,13 +65,13 @@ class CallbackAction(Struct, tag_field="kind", tag="promise.register_callback"):
     head: Head = field(default_factory=dict)
 
 
-class TaskSuspendReq(Struct):
+class TaskSuspendReq(Req):
     id: Id
     version: Version
     actions: list[CallbackAction]
 
 
-class FulfillSettleData(Struct):
+class FulfillSettleData(Req):
     state: str
     id: Text | None = None  # not consulted by the spec: the task settles its own promise
     value: Value = field(default_factory=Value)
@@ -81,26 +82,26 @@ class FulfillAction(Struct, tag_field="kind", tag="promise.settle"):
     head: Head = field(default_factory=dict)
 
 
-class TaskFulfillReq(Struct):
+class TaskFulfillReq(Req):
     id: Id
     version: Version
     action: FulfillAction
 
 
-class TaskReleaseReq(Struct):
+class TaskReleaseReq(Req):
     id: Id
     version: Version
 
 
-class TaskHaltReq(Struct):
+class TaskHaltReq(Req):
     id: Id
 
 
-class TaskContinueReq(Struct):
+class TaskContinueReq(Req):
     id: Id
 
 
-class TaskSearchReq(Struct):
+class TaskSearchReq(Req):
     state: str | None = None
     limit: Limit | None = None
     cursor: Text | None = None
