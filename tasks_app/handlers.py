@@ -166,7 +166,10 @@ def task_fence(req: TaskFenceReq, now: int) -> Response:
     in a 200."""
     action = req.action
     if action.data.id == req.id:
-        return bad_request("a task may not fence its own promise (use task.fulfill)")
+        return bad_request(
+            "action.data.id must differ from id: a task may not fence its own promise "
+            "(use task.fulfill)"
+        )
     with transaction.atomic():
         locked = tasks_for_update([req.id, action.data.id])
         t, p = locked.get(req.id, (None, None))
@@ -220,9 +223,9 @@ def task_suspend(req: TaskSuspendReq, now: int) -> Response:
     if not awaited:
         return bad_request("actions must not be empty")
     if req.id in awaited:
-        return bad_request("a task may not await its own promise")
+        return bad_request("actions[].data.awaited must not be the task's own id")
     if len(set(awaited)) != len(awaited):
-        return bad_request("actions name the same awaited promise twice")
+        return bad_request("actions[].data.awaited names the same promise twice")
     with transaction.atomic():
         locked = tasks_for_update([req.id, *awaited])
         t, p = locked.get(req.id, (None, None))

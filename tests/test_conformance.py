@@ -46,13 +46,15 @@ def callback_action(awaited: str, awaiter: str) -> dict[str, Any]:
     }
 
 
-def start_workflow(api: Api, task_id: str, timeout_at: int = FAR, now: int = 1_000) -> None:
+def start_workflow(
+    api: Api, task_id: str, timeout_at: int = FAR, ttl: int = 60_000, now: int = 1_000
+) -> None:
     """A workflow task acquired by its creator at version 1 (task.create)."""
     res = api(
         "task.create",
         now=now,
         pid="worker-1",
-        ttl=60_000,
+        ttl=ttl,
         action=create_action(task_id, timeout_at, TARGET),
     )
     assert res.status == 200
@@ -207,8 +209,7 @@ def test_c4_task_create_halt_and_continue_gate_on_the_projected_promise(api: Api
 
 def test_c5_lease_expiry_and_retry_never_revive_a_dead_task(api: Api) -> None:
     # "leased": acquired at 1000 with a 2000 ms lease (expires 3000); its promise dies at 4000.
-    start_workflow(api, "leased", timeout_at=4_000)
-    Task.objects.filter(pk="leased").update(ttl=2_000, expires_at=3_000)
+    start_workflow(api, "leased", timeout_at=4_000, ttl=2_000)
     # "waiting": pending v0, first offered at 1000, next retry due at 6000; dies at 4000.
     api("promise.create", id="waiting", timeoutAt=4_000, tags=TARGET)
     first_offer = execute_for("waiting")
@@ -219,12 +220,12 @@ def test_c5_lease_expiry_and_retry_never_revive_a_dead_task(api: Api) -> None:
     late = 7_000  # past the lease, the retry instant and both deadlines
     # The task steps run first, so the promise timeout step cannot mask them (pg BUG-5, L7).
     lease_expiry(late, BATCH)
-    retry_dispatch(late, BATCH)
-
     leased = stored_task("leased")
-    assert leased.state != "pending"
+    assert leased.state != "pending"  # not re-pended (it may be left for R1 or fulfilled)
     assert leased.retry_at is None
     assert execute_for("leased") is None
+
+    retry_dispatch(late, BATCH)
     waiting = stored_task("waiting")
     assert waiting.retry_at in (retry_at, None)  # not re-armed at late + 5000
     offer = execute_for("waiting")
@@ -252,10 +253,13 @@ def test_c6_resume_skips_an_awaiter_that_is_itself_dead(api: Api) -> None:
     # The child settles after the workflow's own deadline: timeout always wins.
     res = api("promise.settle", now=6_000, id="child", state="resolved", value={})
     assert res.data["promise"]["state"] == "resolved"
-    run_every_step(6_000)
 
-    assert execute_for("wf") is None
+    # Not woken: neither re-pended nor offered (it may stay suspended until R1 fulfils it).
     assert stored_task("wf").state in ("suspended", "fulfilled")
+    assert stored_task("wf").resumes == []
+    assert execute_for("wf") is None
+    run_every_step(6_000)
+    assert execute_for("wf") is None
     assert api("task.get", now=6_000, id="wf").data["task"] == {
         "id": "wf",
         "state": "fulfilled",
@@ -327,9 +331,7 @@ def test_c8_every_response_serves_the_projected_view(api: Api) -> None:
     assert fenced.status == 200
     assert fenced.data["action"]["head"]["status"] == 200
     assert fenced.data["action"]["data"] == {"promise": record}
-    fenced = api(
-        "task.fence", now=at, id="wf", version=1, action=create_action("p", 5_000, TARGET)
-    )
+    fenced = api("task.fence", now=at, id="wf", version=1, action=create_action("p", 5_000, TARGET))
     assert fenced.data["action"]["data"] == {"promise": record}
 
     # The task side (pg BUG-2 response half, BUG-4): task.create and task.halt agree with
@@ -434,9 +436,7 @@ def test_c10_at_most_one_worker_holds_a_valid_claim(api: Api) -> None:
     api("task.heartbeat", now=2_500, pid="a", tasks=[{"id": "t", "version": 1}])
     assert stored_task("t").expires_at == 3_000
 
-    done = api(
-        "task.fulfill", now=2_500, id="t", version=2, action=settle_action("t", "rejected")
-    )
+    done = api("task.fulfill", now=2_500, id="t", version=2, action=settle_action("t", "rejected"))
     assert done.status == 200
     assert done.data["promise"]["state"] == "rejected"
     assert api("task.get", now=2_500, id="t").data["task"]["state"] == "fulfilled"
