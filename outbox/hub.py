@@ -52,6 +52,8 @@ class Hub:
         self._acks: list[Claimed] = []
         self._releases: list[Claimed] = []
         self._gone: set[tuple[str, str]] = set()
+        self._new: set[tuple[str, str]] = set()
+        self._refreshed_at = 0
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -62,6 +64,7 @@ class Hub:
         with self._lock:
             self._streams.setdefault((group, stream_id), []).append(stream)
             self._gone.discard((group, stream_id))
+            self._new.add((group, stream_id))
             self._start()
         self._wake.set()
         return stream
@@ -116,13 +119,18 @@ class Hub:
             acks, self._acks = self._acks, []
             releases, self._releases = self._releases, []
             gone, self._gone = self._gone, set()
-            here = list(self._streams)
+            new, self._new = self._new, set()
         delivery.ack(acks)
-        delivery.release(releases, now_ms())
         now = now_ms()
+        delivery.release(releases, now)
         for group, stream_id in gone:
             Subscriber.objects.filter(group=group, stream_id=stream_id, process=PROCESS).delete()
-        for group, stream_id in here:
+        # The registry is refreshed on connect and then once per fallback interval, not on every
+        # wake-up (a wake-up follows every commit that wrote a message).
+        if now - self._refreshed_at >= resonate_settings().POLL_FALLBACK_MS:
+            self._refreshed_at = now
+            Subscriber.objects.filter(process=PROCESS).update(seen_at=now)
+        for group, stream_id in new:
             Subscriber.objects.update_or_create(
                 group=group, stream_id=stream_id, process=PROCESS, defaults={"seen_at": now}
             )
