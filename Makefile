@@ -11,7 +11,7 @@ PYTHON_BOOT := $(shell for c in python3.13 python3.12 python3.14 $$(ls -d /root/
 	p=$$(command -v $$c 2>/dev/null) || continue; \
 	$$p -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: run test setup lint typecheck test-sqlite test-postgres services clean bench
+.PHONY: run test setup lint typecheck test-sqlite test-postgres test-system services clean bench
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON_BOOT)" || { echo "need Python >= 3.12 (python3.12/3.13 on PATH or under pyenv)"; exit 1; }
@@ -36,8 +36,10 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy .
 
+UNIT := tests --ignore=tests/integration --ignore=tests/e2e
+
 test-sqlite: setup
-	$(VENV)/bin/pytest -p no:cacheprovider -n 2 tests
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(UNIT)
 
 # PostgreSQL run: skipped with a printed reason when the server is unreachable, except under
 # CI=true, where that is a failure.
@@ -45,14 +47,19 @@ test-postgres: setup services
 	@url=$${DATABASE_URL_PG:-$(PG_URL)}; \
 	if $(PY) -c "import sys, psycopg; from psycopg.conninfo import conninfo_to_dict as c, make_conninfo as m; \
 d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_timeout=5).close()" "$$url" 2>/tmp/resonate-pg-check.err; then \
-		DATABASE_URL=$$url $(VENV)/bin/pytest -p no:cacheprovider -n 2 tests; \
+		DATABASE_URL=$$url $(VENV)/bin/pytest -p no:cacheprovider -n 2 $(UNIT); \
 	elif [ "$${CI:-}" = "true" ]; then \
 		echo "PostgreSQL unreachable at $$url under CI=true: failing"; cat /tmp/resonate-pg-check.err; exit 1; \
 	else \
 		echo "SKIPPED the PostgreSQL run: unreachable at $$url ($$(tail -1 /tmp/resonate-pg-check.err))"; \
 	fi
 
-test: lint typecheck test-sqlite test-postgres
+# Real processes (uvicorn, Celery worker and beat) and the official SDKs, once, against
+# PostgreSQL and Redis (and the embedded server on SQLite).
+test-system: setup services
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 tests/integration tests/e2e
+
+test: lint typecheck test-sqlite test-postgres test-system
 
 clean:
 	rm -rf $(VENV) resonate.sqlite3*

@@ -51,7 +51,9 @@ def encode(m: Message) -> bytes:
 
 def claim(where: Q, now: int, limit: int) -> list[Claimed]:
     """Lease up to ``limit`` due rows matching ``where`` (SKIP LOCKED: concurrent drainers never
-    take the same row)."""
+    take the same row). The claim bumps ``revision``, which fences the delivery: if the lease
+    lapses and another drainer claims the row, the first one's late ack or failure no longer
+    matches and changes nothing."""
     lease = resonate_settings().IN_FLIGHT_MS
     with transaction.atomic():
         rows = list(
@@ -62,9 +64,11 @@ def claim(where: Q, now: int, limit: int) -> list[Claimed]:
         if not rows:
             return []
         Message.objects.filter(key__in=[m.key for m in rows]).update(
-            next_attempt_at=now + lease, attempts=F("attempts") + 1
+            next_attempt_at=now + lease, attempts=F("attempts") + 1, revision=F("revision") + 1
         )
-    return [Claimed(m.key, m.revision, m.kind, m.address, m.attempts + 1, encode(m)) for m in rows]
+    return [
+        Claimed(m.key, m.revision + 1, m.kind, m.address, m.attempts + 1, encode(m)) for m in rows
+    ]
 
 
 def _exact(items: list[Claimed]) -> Q:
@@ -83,7 +87,7 @@ def release(items: list[Claimed], now: int) -> None:
     """Not delivered and not a failure (e.g. the stream went away): due again at once."""
     if items:
         Message.objects.filter(_exact(items)).update(
-            next_attempt_at=now, attempts=F("attempts") - 1
+            next_attempt_at=now, attempts=F("attempts") - 1, revision=F("revision") + 1
         )
 
 
@@ -95,7 +99,9 @@ def backoff_ms(attempts: int) -> int:
 def fail(item: Claimed, now: int, error: str) -> None:
     """A delivery attempt failed: try again after a bounded exponential backoff. Never dropped."""
     Message.objects.filter(key=item.key, revision=item.revision).update(
-        next_attempt_at=now + backoff_ms(item.attempts), last_error=error[:2000]
+        next_attempt_at=now + backoff_ms(item.attempts),
+        last_error=error[:2000],
+        revision=F("revision") + 1,
     )
 
 

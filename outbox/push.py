@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import httpx
 
@@ -36,28 +36,32 @@ def _client() -> httpx.Client:
 
 
 def push_due(now: int, limit: int) -> int:
-    """Deliver up to ``limit`` due push messages; returns how many were claimed."""
-    items = delivery.claim(delivery.PUSH_Q, now, limit)
+    """Deliver up to ``limit`` due push messages; returns how many were claimed.
+
+    Each message is acknowledged as soon as its POST succeeds. Claims are no larger than the
+    number of requests in flight, so a claimed message waits at most one ``PUSH_TIMEOUT_MS``
+    before its POST starts, well inside its ``IN_FLIGHT_MS`` lease (a system check keeps the
+    lease longer than twice the timeout).
+    """
+    conf = resonate_settings()
+    items = delivery.claim(delivery.PUSH_Q, now, min(limit, conf.PUSH_CONCURRENCY))
     if not items:
         return 0
-    conf = resonate_settings()
     with _client() as client, ThreadPoolExecutor(max_workers=conf.PUSH_CONCURRENCY) as pool:
-        outcomes = list(pool.map(lambda item: _post(client, item), items))
-    delivered = [item for item, error in zip(items, outcomes, strict=True) if error is None]
-    delivery.ack(delivered)
-    failed_at = now_ms()
-    for item, error in zip(items, outcomes, strict=True):
-        if error is not None:
-            log.info("push to %s failed (attempt %d): %s", item.address, item.attempts, error)
-            delivery.fail(item, failed_at, error)
+        futures = {pool.submit(_post, client, item): item for item in items}
+        for future in as_completed(futures):
+            item, error = futures[future], future.result()
+            if error is None:
+                delivery.ack([item])
+            else:
+                log.info("push to %s failed (attempt %d): %s", item.address, item.attempts, error)
+                delivery.fail(item, now_ms(), error)
     return len(items)
 
 
 def drain_push(limit: int) -> int:
-    """Push until no full batch remains."""
+    """Push in rounds of at most ``limit`` until no message is due."""
     total = 0
-    while True:
-        n = push_due(now_ms(), limit)
+    while n := push_due(now_ms(), limit):
         total += n
-        if n < limit:
-            return total
+    return total

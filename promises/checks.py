@@ -30,4 +30,13 @@ def check_resonate_settings(app_configs: Any, **kwargs: Any) -> list[Error]:
     for name in ("STEP_BATCH", "DRAIN_BATCH", "TICK_INTERVAL_MS", "SCHEDULE_CATCHUP_BATCH"):
         if getattr(conf, name) <= 0:
             errors.append(Error(f"RESONATE['{name}'] must be > 0", id="resonate.E003"))
+    if conf.IN_FLIGHT_MS <= 2 * conf.PUSH_TIMEOUT_MS:
+        errors.append(
+            Error(
+                "RESONATE['IN_FLIGHT_MS'] must exceed twice PUSH_TIMEOUT_MS",
+                hint="a push claim waits up to one timeout before its POST starts and may take "
+                "another; a shorter lease lets a second drainer send it again.",
+                id="resonate.E004",
+            )
+        )
     return errors

@@ -117,7 +117,8 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Installs the metronome (resonate.tick, resonate.drain) as PeriodicTask rows; see outbox/beat.py.
+CELERY_BEAT_SCHEDULER = "outbox.beat:MetronomeScheduler"
 
 RESONATE = {
     "DEBUG": _env_bool("RESONATE_DEBUG"),

@@ -1,0 +1,47 @@
+"""Celery beat's scheduler for the metronome.
+
+django-celery-beat stores intervals as whole numbers and drops ``expires`` when it converts
+``beat_schedule``; so the two periodic tasks are installed here as ``PeriodicTask`` rows with a
+microsecond interval and ``expire_seconds`` (a late tick is dropped, not run late). Protocol
+schedules are never beat entries: they are rows swept by ``resonate.tick``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from django_celery_beat.schedulers import DatabaseScheduler
+
+from promises.conf import resonate_settings
+
+DRAIN_EVERY_MS = 1000
+
+
+def install_metronome() -> None:
+    entries = [
+        ("resonate-tick", "resonate.tick", resonate_settings().TICK_INTERVAL_MS),
+        ("resonate-drain", "resonate.drain", DRAIN_EVERY_MS),
+    ]
+    for name, task, every_ms in entries:
+        interval, _ = IntervalSchedule.objects.get_or_create(
+            every=every_ms * 1000, period=IntervalSchedule.MICROSECONDS
+        )
+        PeriodicTask.objects.update_or_create(
+            name=name,
+            defaults={
+                "task": task,
+                "interval": interval,
+                "crontab": None,
+                "expires": None,
+                "expire_seconds": max(1, math.ceil(every_ms / 1000)),
+                "enabled": True,
+                "one_off": False,
+            },
+        )
+
+
+class MetronomeScheduler(DatabaseScheduler):
+    def setup_schedule(self) -> None:
+        install_metronome()
+        super().setup_schedule()

@@ -1,0 +1,84 @@
+"""Delivery bookkeeping on the outbox table: leases, fencing by revision, backoff, the metronome."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from outbox import delivery, enqueue
+from outbox.beat import install_metronome
+from outbox.models import Message
+
+ALL = delivery.PUSH_Q | ~delivery.PUSH_Q
+
+
+@pytest.fixture
+def message(db):
+    enqueue.unblock({"id": "p", "state": "resolved"}, "http://receiver/hook", 1_000)
+    return Message.objects.get()
+
+
+def test_a_claimed_message_is_not_claimed_again_while_its_lease_runs(message):
+    first = delivery.claim(ALL, 1_000, 10)
+    assert [c.key for c in first] == [message.key]
+    assert delivery.claim(ALL, 1_000 + 29_999, 10) == []
+
+
+def test_a_lapsed_lease_fences_out_the_first_drainer(message):
+    first = delivery.claim(ALL, 1_000, 10)
+    second = delivery.claim(ALL, 1_000 + 30_000, 10)  # the first drainer looks dead
+    assert [c.key for c in second] == [message.key]
+    delivery.fail(first[0], 40_000, "late failure from the first drainer")
+    assert delivery.ack(first) == 0  # its late ack deletes nothing either
+    row = Message.objects.get()
+    assert row.last_error == ""
+    assert row.next_attempt_at == 1_000 + 30_000 + 30_000  # the second lease is intact
+    assert delivery.ack(second) == 1
+    assert not Message.objects.exists()
+
+
+def test_a_message_replaced_in_flight_survives_the_ack_of_the_old_one(message):
+    claimed = delivery.claim(ALL, 1_000, 10)
+    enqueue.unblock({"id": "p", "state": "rejected"}, "http://receiver/hook", 1_500)
+    assert delivery.ack(claimed) == 0
+    row = Message.objects.get()
+    assert row.promise == {"id": "p", "state": "rejected"}
+    assert row.next_attempt_at == 1_500  # due again at once
+
+
+def test_failures_back_off_exponentially_up_to_the_bound(message):
+    waits = []
+    now = 1_000
+    for _ in range(10):
+        (item,) = delivery.claim(ALL, now, 10)
+        delivery.fail(item, now, "HTTP 500")
+        row = Message.objects.get()
+        waits.append(row.next_attempt_at - now)
+        now = row.next_attempt_at
+    assert waits[:5] == [500, 1_000, 2_000, 4_000, 8_000]
+    assert waits[-1] == 60_000
+    assert Message.objects.get().attempts == 10  # never dropped
+
+
+def test_a_released_message_is_due_at_once_and_not_counted_as_an_attempt(message):
+    claimed = delivery.claim(ALL, 1_000, 10)
+    delivery.release(claimed, 2_000)
+    row = Message.objects.get()
+    assert (row.next_attempt_at, row.attempts) == (2_000, 0)
+
+
+@pytest.mark.parametrize(("tick_ms", "expire"), [(200, 1), (1_000, 1), (2_500, 3)])
+def test_the_metronome_keeps_sub_second_intervals_and_drops_late_ticks(db, tick_ms, expire):
+    with override_settings(RESONATE={"TICK_INTERVAL_MS": tick_ms}):
+        install_metronome()
+        install_metronome()  # idempotent: beat restarts install it again
+    tick = PeriodicTask.objects.get(name="resonate-tick")
+    assert tick.task == "resonate.tick"
+    assert (tick.interval.every, tick.interval.period) == (
+        tick_ms * 1_000,
+        IntervalSchedule.MICROSECONDS,
+    )
+    assert tick.interval.schedule.run_every.total_seconds() == tick_ms / 1_000
+    assert tick.expire_seconds == expire
+    assert PeriodicTask.objects.filter(name__startswith="resonate-").count() == 2
