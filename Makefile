@@ -11,7 +11,7 @@ PYTHON_BOOT := $(shell for c in python3.13 python3.12 python3.14 $$(ls -d /root/
 	p=$$(command -v $$c 2>/dev/null) || continue; \
 	$$p -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: run test setup lint typecheck test-sqlite test-postgres test-system services clean bench
+.PHONY: run test setup lint typecheck test-sqlite test-postgres test-system services browser clean bench
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON_BOOT)" || { echo "need Python >= 3.12 (python3.12/3.13 on PATH or under pyenv)"; exit 1; }
@@ -29,6 +29,13 @@ run: setup
 services:
 	@bash .ci/services.sh
 
+# Debian's Chromium for the admin's real-browser test (Playwright drives it; it downloads nothing).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -q chromium >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; } ; } || \
+		echo "Chromium unavailable: the browser test will fail under CI=true, skip otherwise"
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -38,12 +45,12 @@ typecheck: setup
 
 UNIT := tests --ignore=tests/integration --ignore=tests/e2e
 
-test-sqlite: setup
+test-sqlite: setup browser
 	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(UNIT)
 
 # PostgreSQL run: skipped with a printed reason when the server is unreachable, except under
 # CI=true, where that is a failure.
-test-postgres: setup services
+test-postgres: setup services browser
 	@url=$${DATABASE_URL_PG:-$(PG_URL)}; \
 	if $(PY) -c "import sys, psycopg; from psycopg.conninfo import conninfo_to_dict as c, make_conninfo as m; \
 d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_timeout=5).close()" "$$url" 2>/tmp/resonate-pg-check.err; then \

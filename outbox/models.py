@@ -29,6 +29,7 @@ class Message(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["next_attempt_at"], name="outbox_due")]
+        permissions = [("act_on_message", "Can re-send outbox messages from the admin")]
 
     def __str__(self) -> str:
         return self.key

@@ -51,6 +51,7 @@ class Promise(models.Model):
             ),
             models.Index(fields=["state", "id"], name="promise_state_id"),
         ]
+        permissions = [("act_on_promise", "Can settle promises from the admin")]
 
     def __str__(self) -> str:
         return self.id

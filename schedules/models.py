@@ -21,6 +21,7 @@ class Schedule(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["next_run_at"], name="schedule_due")]
+        permissions = [("act_on_schedule", "Can fire and delete schedules from the admin")]
 
     def __str__(self) -> str:
         return self.id

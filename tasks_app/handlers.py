@@ -320,6 +320,14 @@ def task_continue(req: TaskContinueReq, now: int) -> Response:
 TASK_STATES = ("pending", "acquired", "suspended", "halted", "fulfilled")
 
 
+def viewed_state_q(state: str, now: int) -> Q:
+    """Tasks whose viewed state (fact T) is ``state`` at ``now`` (C8 holds for searches too)."""
+    live = Q(promise__state=PENDING, promise__timeout_at__gt=now)
+    if state == TaskState.FULFILLED:
+        return Q(state=TaskState.FULFILLED) | ~live
+    return live & Q(state=state)
+
+
 def task_search(req: TaskSearchReq, now: int) -> Response:
     """Not in the spec (501 there); like the reference server: filter by viewed state, ordered by
     id, keyset cursor."""
@@ -331,11 +339,7 @@ def task_search(req: TaskSearchReq, now: int) -> Response:
         return bad_request(f"limit must be at most {conf.SEARCH_LIMIT_MAX}")
     qs = Task.objects.select_related("promise")
     if req.state is not None:
-        live = Q(promise__state=PENDING, promise__timeout_at__gt=now)
-        if req.state == TaskState.FULFILLED:
-            qs = qs.filter(Q(state=TaskState.FULFILLED) | ~live)
-        else:
-            qs = qs.filter(live, state=req.state)
+        qs = qs.filter(viewed_state_q(req.state, now))
     rows, cursor = search_page(qs, req.cursor, limit)
     data: dict[str, Any] = {"tasks": [task_record(t, t.promise, now) for t in rows]}
     if cursor is not None:

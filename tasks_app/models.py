@@ -39,6 +39,7 @@ class Task(models.Model):
                 fields=["expires_at"], name="task_due_lease", condition=Q(state="acquired")
             ),
         ]
+        permissions = [("act_on_task", "Can halt, continue and expire tasks from the admin")]
 
     def __str__(self) -> str:
         return f"{self.promise_id}@{self.version}"

@@ -1,0 +1,180 @@
+"""The operator console for the outbox: what is still to be delivered, to where, how old, how
+often tried and why it failed; and re-send. See ``promises/admin.py`` for the rules every console
+page follows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from promises.admin import (
+    EMPTY,
+    OperatorAdmin,
+    Report,
+    cell,
+    duration,
+    link,
+    pretty_json,
+    request_now,
+    seen_at,
+    when,
+)
+from tasks_app.models import Task
+
+from .delivery import PUSH_Q, wire
+from .models import Message
+from .operations import resend
+
+ERROR_CHARS = 80  # of last_error in the list
+
+
+class TransportFilter(admin.SimpleListFilter):
+    title = "transport"
+    parameter_name = "transport"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("push", "HTTP push"), ("poll", "poll (SSE)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        match self.value():
+            case "push":
+                return queryset.filter(PUSH_Q)
+            case "poll":
+                return queryset.filter(address__startswith="poll://")
+        return queryset
+
+
+class FailingFilter(admin.SimpleListFilter):
+    title = "last attempt"
+    parameter_name = "failing"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "failed"), ("no", "no error")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        match self.value():
+            case "yes":
+                return queryset.exclude(last_error="")
+            case "no":
+                return queryset.filter(last_error="")
+        return queryset
+
+
+class DueFilter(admin.SimpleListFilter):
+    title = "due"
+    parameter_name = "due"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("now", "due now"), ("later", "in flight or backing off")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        now = request_now(request)
+        match self.value():
+            case "now":
+                return queryset.filter(next_attempt_at__lte=now)
+            case "later":
+                return queryset.filter(next_attempt_at__gt=now)
+        return queryset
+
+
+@admin.register(Message)
+class MessageAdmin(OperatorAdmin[Message]):
+    act_permission = "outbox.act_on_message"
+    list_display = (
+        "key",
+        "kind",
+        "address",
+        "age_column",
+        "attempts",
+        "next_column",
+        "error_column",
+    )
+    list_filter = ("kind", TransportFilter, FailingFilter, DueFilter)
+    search_fields = ("key",)
+    search_help_text = "A key prefix (the task id for execute), or an address prefix."
+    ordering = ("created_at", "key")
+    actions = ("resend_messages",)
+    fieldsets = (
+        (None, {"fields": ("key", "kind", "address", "subject_view", "version")}),
+        (
+            "Delivery",
+            {"fields": ("created_view", "attempts", "next_view", "last_error", "revision")},
+        ),
+        ("As sent", {"fields": ("wire_view",)}),
+    )
+    readonly_fields = ("subject_view", "created_view", "next_view", "wire_view")
+
+    def search_q(self, term: str) -> Q:
+        return Q(key__startswith=term) | Q(address__startswith=term)
+
+    # --- columns ---
+
+    @admin.display(description="age", ordering="created_at")
+    def age_column(self, m: Message) -> str:
+        return duration(seen_at(m) - m.created_at)
+
+    @admin.display(description="next attempt", ordering="next_attempt_at")
+    def next_column(self, m: Message) -> SafeString | str:
+        if m.next_attempt_at <= seen_at(m):
+            return "due"
+        return cell(m.next_attempt_at, seen_at(m))
+
+    @admin.display(description="last error")
+    def error_column(self, m: Message) -> str:
+        if not m.last_error:
+            return EMPTY
+        cut = m.last_error[:ERROR_CHARS]
+        return cut if len(m.last_error) <= ERROR_CHARS else f"{cut}…"
+
+    # --- detail ---
+
+    @admin.display(description="about")
+    def subject_view(self, m: Message) -> SafeString | str:
+        if m.kind == "execute" and m.task_id is not None:
+            task = Task.objects.filter(promise_id=m.task_id).first()
+            return link(task, f"task {m.task_id}") if task is not None else m.task_id
+        if m.promise:
+            return format_html("promise {} ({})", m.promise.get("id"), m.promise.get("state"))
+        return EMPTY
+
+    @admin.display(description="written")
+    def created_view(self, m: Message) -> SafeString | str:
+        return when(m.created_at, seen_at(m))
+
+    @admin.display(description="next attempt")
+    def next_view(self, m: Message) -> SafeString | str:
+        return when(m.next_attempt_at, seen_at(m))
+
+    @admin.display(description="message")
+    def wire_view(self, m: Message) -> SafeString:
+        return pretty_json(wire(m))
+
+    # --- actions ---
+
+    def object_actions(self, request: HttpRequest, obj: Message) -> list[tuple[str, str]]:
+        return [("resend_messages", "Re-send now")]
+
+    @admin.action(description="Re-send selected messages now", permissions=["act"])
+    def resend_messages(
+        self, request: HttpRequest, queryset: QuerySet[Message]
+    ) -> HttpResponse | None:
+        """Due now, attempts and error cleared; any claim in flight is fenced out. Delivery stays
+        at least once."""
+        rows = self.selected(queryset)
+        if self.too_many(request, rows):
+            return None
+
+        def act(m: Message, now: int, report: Report) -> None:
+            res = resend(m.key, now)
+            if res.ok:
+                report.changed(m, f"due now (was: {m.attempts} attempts)")
+            else:
+                report.refusal(m, res)
+
+        self.run_each(request, rows, "Re-send", act)
+        return self.after(request, rows)

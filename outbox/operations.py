@@ -1,0 +1,34 @@
+"""Operator operations on the outbox (the admin's "re-send").
+
+Each is one transaction with ``now`` passed in. The outbox row stays the only record of what
+must be delivered; these change when it is tried, never what it says.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.db.models import F
+
+from promises.protocol import Response, fail, ok
+
+from . import notify
+from .delivery import is_push
+from .models import Message
+
+MESSAGE_NOT_FOUND = "message not found (delivered, or never written)"
+
+
+def resend(key: str, now: int) -> Response:
+    """Make one message due at ``now`` as if newly written: no attempts, no error, and a new
+    ``revision``, which fences out a claim still in flight (its late ack or failure then matches
+    nothing, exactly as when its lease lapses). Delivery stays at least once: a message that was
+    in fact delivered by that claim is delivered again, which every receiver must tolerate."""
+    with transaction.atomic():
+        m = Message.objects.select_for_update().filter(key=key).first()
+        if m is None:
+            return fail(404, MESSAGE_NOT_FOUND)
+        Message.objects.filter(key=key).update(
+            next_attempt_at=now, attempts=0, last_error="", revision=F("revision") + 1
+        )
+        notify.after_commit(push=is_push(m.address))
+        return ok({"key": key, "address": m.address})

@@ -1,0 +1,40 @@
+"""Operator operations on schedules (the admin's "fire now").
+
+Each is one transaction with ``now`` passed in, locking the schedule row first and then creating
+promises, the order the schedule step uses.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from promises.debug import paused
+from promises.effects import Effects, finish
+from promises.models import Promise
+from promises.protocol import Response, fail, ok, promise_record
+
+from .handlers import SCHEDULE_NOT_FOUND
+from .models import Schedule
+from .protocol import expand
+from .steps import occur
+
+
+def fire_now(schedule_id: str, now: int) -> Response:
+    """One extra occurrence at instant ``now``, created exactly as the schedule step creates one
+    (create-if-absent, ``createdAt = now``, the occurrence tags, its task dispatched). Sets
+    ``last_run_at`` as the step does and leaves ``next_run_at`` alone, so the regular cadence
+    is unchanged. ``data.created`` is False when the expanded id already existed (a template
+    without ``{{.timestamp}}``, or a second fire in the same millisecond)."""
+    with transaction.atomic():
+        s = Schedule.objects.select_for_update().filter(id=schedule_id).first()
+        if s is None:
+            return fail(404, SCHEDULE_NOT_FOUND)
+        promise_id = expand(s.promise_id, s.id, now)
+        existed = Promise.objects.filter(id=promise_id).exists()
+        fx = Effects()
+        occur(s, now, fx)
+        s.last_run_at = now
+        s.save(update_fields=["last_run_at"])
+        finish(fx, now, inline=not paused())
+        p = Promise.objects.get(id=promise_id)
+        return ok({"promise": promise_record(p, now), "created": not existed})

@@ -1,0 +1,42 @@
+"""Operator operations on tasks that are not protocol requests (the admin's "expire lease now").
+
+Each is one transaction with ``now`` passed in, taking the same locks as the handlers and steps
+(``tasks_app/locks.py``), so it keeps the guarantees those keep.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from promises import services
+from promises.debug import paused
+from promises.effects import Effects, finish
+from promises.protocol import Response, fail, is_live, ok, promise_record, task_record
+
+from . import transitions
+from .handlers import TASK_NOT_FOUND
+from .locks import task_for_update
+from .models import TaskState
+
+
+def expire_lease(task_id: str, now: int) -> Response:
+    """R5 (lease expiry) for one task now, whatever its lease deadline.
+
+    A live task goes back to pending at the same version and is dispatched again; the holder's
+    next request carries a version that is no longer acquired (and, once someone else acquires,
+    a lower one), so every fence refuses it. A task whose promise is past its deadline is timed
+    out instead (C5), which fulfils it. 409 unless the task is stored acquired.
+    """
+    with transaction.atomic():
+        t, p = task_for_update(task_id)
+        if t is None or p is None:
+            return fail(404, TASK_NOT_FOUND)
+        if t.state != TaskState.ACQUIRED:
+            return fail(409, f"task is {t.state}, not acquired")
+        fx = Effects()
+        if is_live(p, now):
+            transitions.make_pending(t, p, now, fx)
+        else:
+            services.time_out(p, fx)
+        finish(fx, now, inline=not paused())
+        return ok({"task": task_record(t, p, now), "promise": promise_record(p, now)})
