@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -60,7 +61,7 @@ def percentile(values: list[float], p: float) -> float:
 
 def run(url: str, n: int) -> dict[str, float]:
     group, sid = "bench", uuid.uuid4().hex[:8]
-    frames: queue.Queue[tuple[float, dict[str, object]]] = queue.Queue()
+    frames: queue.Queue[tuple[float, dict[str, Any]]] = queue.Queue()
 
     def reader() -> None:
         try:
@@ -95,7 +96,7 @@ def run(url: str, n: int) -> dict[str, float]:
         answered = time.perf_counter()
         while True:
             arrived, frame = frames.get(timeout=10)
-            task = frame.get("data", {}).get("task", {})  # type: ignore[union-attr]
+            task = frame.get("data", {}).get("task", {})
             if task.get("id") == pid:
                 break
         lat.append((arrived - answered) * 1000)

@@ -55,6 +55,9 @@ class ResonateSettings:
     # A web process holding streams looks for their messages at least this often even if no
     # wake-up reaches it.
     POLL_FALLBACK_MS: int = 1000
+    # The resource API under /api/: with a token set, requests need "Authorization: Bearer <token>"
+    # or a staff session; empty means open (like POST /, which offers the same operations).
+    API_TOKEN: str = ""
     # Where wake-ups travel between processes: a redis:// URL. Empty: CELERY_BROKER_URL when it is
     # Redis; otherwise wake-ups stay in-process (the embedded server) and the fallback polls.
     NOTIFY_URL: str = ""

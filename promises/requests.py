@@ -19,7 +19,8 @@ from .tags import BRANCH
 # pair two identifiers), so every identifier-like string is capped at 1024 bytes of UTF-8.
 ID_MAX_BYTES = 1024
 Id = Annotated[str, Meta(min_length=1, max_length=ID_MAX_LENGTH)]
-Ms = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+MS_MAX = 2**63 - 1  # deadlines are stored as signed 64-bit milliseconds
+Ms = Annotated[int, Meta(ge=0, le=MS_MAX)]
 Text = Annotated[str, Meta(max_length=ID_MAX_LENGTH)]
 Address = Text
 Limit = Annotated[int, Meta(ge=1)]
@@ -30,6 +31,11 @@ Head = dict[str, Any]
 def check_bytes(name: str, value: str) -> None:
     if len(value) > ID_MAX_BYTES // 4 and len(value.encode()) > ID_MAX_BYTES:
         raise ValueError(f"`{name}` must be at most {ID_MAX_BYTES} bytes of UTF-8")
+
+
+def later(now: int, ms: int) -> int:
+    """``now + ms``, saturating at the largest storable instant (a debug clock may sit near it)."""
+    return min(now + ms, MS_MAX)
 
 
 class Req(Struct):

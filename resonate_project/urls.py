@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path, re_path
+from django.urls import include, path, re_path
 
 from outbox.views import poll
 
@@ -11,5 +11,10 @@ urlpatterns = [
     path("health", api.health, name="resonate-health"),
     path("ready", api.ready, name="resonate-ready"),
     re_path(r"^(?:promises|tasks|schedules)(?P<rest>/.*)?$", api.gone, name="resonate-legacy"),
+    path("api/", include("resonate_project.rest.urls")),
     path("admin/", admin.site.urls),
 ]
+
+# Unrouted paths under /api/ answer in the resource API's error shape; others as Django does.
+handler404 = "resonate_project.rest.errors.page_not_found"
+handler500 = "resonate_project.rest.errors.server_error"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from msgspec import field
+from typing import Annotated
 
+from msgspec import Meta, field
+
+from promises.models import ID_MAX_LENGTH
 from promises.requests import Id, Limit, Ms, Req, Tags, Text, Value, check_bytes
 
 
@@ -14,7 +17,7 @@ class ScheduleGetReq(Req):
 class ScheduleCreateReq(Req, rename="camel"):
     id: Id
     cron: Text
-    promise_id: Text
+    promise_id: Annotated[str, Meta(min_length=1, max_length=ID_MAX_LENGTH)]
     promise_timeout: Ms
     promise_param: Value = field(default_factory=Value)
     promise_tags: Tags = field(default_factory=dict)

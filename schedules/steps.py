@@ -7,7 +7,7 @@ from django.db import transaction
 from promises import services
 from promises.conf import resonate_settings
 from promises.effects import Effects, finish
-from promises.requests import PromiseCreateReq, Value
+from promises.requests import PromiseCreateReq, Value, later
 from promises.tags import BRANCH, SCHEDULE
 
 from . import cron
@@ -51,7 +51,7 @@ def occur(s: Schedule, instant: int, fx: Effects) -> None:
         return
     req = PromiseCreateReq(
         id=promise_id,
-        timeout_at=instant + s.promise_timeout,
+        timeout_at=later(instant, s.promise_timeout),
         param=Value(headers=s.promise_param_headers, data=s.promise_param_data),
         tags={**s.promise_tags, **occurrence_tags(s.id, promise_id)},
     )

@@ -19,16 +19,25 @@ from promises.steps import listener_drain, promise_timeouts
 from schedules.steps import schedule_fire
 
 from . import transitions
-from .models import TaskState
+from .models import Task, TaskState
 
 
-def _due_tasks(state: str, field: str, now: int, limit: int) -> list[Promise]:
-    return list(
+def _due_tasks(state: str, field: str, now: int, limit: int) -> list[tuple[Task, Promise]]:
+    """Claim the promises of due tasks (SKIP LOCKED), then read their tasks after the locks are
+    held and keep those still due (see ``tasks_app/locks.py`` for why the task is re-read)."""
+    claimed = list(
         Promise.objects.select_for_update(skip_locked=True, of=("self",))
-        .select_related("task")
         .filter(**{"task__state": state, f"task__{field}__lte": now})
         .order_by(f"task__{field}")[:limit]
     )
+    tasks = {t.pk: t for t in Task.objects.filter(pk__in=[p.id for p in claimed])}
+    due = []
+    for p in claimed:
+        task = tasks.get(p.id)
+        deadline = None if task is None else getattr(task, field)
+        if task is not None and task.state == state and deadline is not None and deadline <= now:
+            due.append((task, p))
+    return due
 
 
 def lease_expiry(now: int, limit: int) -> int:
@@ -38,9 +47,9 @@ def lease_expiry(now: int, limit: int) -> int:
     with transaction.atomic():
         due = _due_tasks(TaskState.ACQUIRED, "expires_at", now, limit)
         fx = Effects()
-        for p in due:
+        for task, p in due:
             if is_live(p, now):
-                transitions.make_pending(p.task, p, now, fx)
+                transitions.make_pending(task, p, now, fx)
             else:
                 services.time_out(p, fx)
         finish(fx, now, inline=True)
@@ -53,9 +62,9 @@ def retry_dispatch(now: int, limit: int) -> int:
     with transaction.atomic():
         due = _due_tasks(TaskState.PENDING, "retry_at", now, limit)
         fx = Effects()
-        for p in due:
+        for task, p in due:
             if is_live(p, now):
-                transitions.dispatch(p.task, p, now)
+                transitions.dispatch(task, p, now)
             else:
                 services.time_out(p, fx)
         finish(fx, now, inline=True)

@@ -12,6 +12,7 @@ from promises import tags as T
 from promises.conf import resonate_settings
 from promises.models import Promise
 from promises.protocol import is_live, viewed_task_state
+from promises.requests import later
 
 from .models import Task, TaskState
 
@@ -24,14 +25,16 @@ _LEASE_FIELDS = ["state", "pid", "ttl", "expires_at", "retry_at", "resumes"]
 def first_dispatch_at(p: Promise, now: int) -> int:
     """When a task born pending is first due: ``max(resonate:delay, now)``.
 
-    A timer that is also targeted (the Python SDK's ``ctx.sleep``) is never dispatched: nothing
-    runs it, and its deadline settlement fulfils it. Due at its deadline, the retry step finds
-    the promise dead and leaves it to the timeout step.
+    A delay at or past the promise's deadline means the task is never dispatched and dies timed
+    out, so the instant is capped at the deadline (which also keeps any delay storable). A timer
+    that is also targeted (the Python SDK's ``ctx.sleep``) is never dispatched either: nothing
+    runs it, and its deadline settlement fulfils it.
     """
     if p.timer:
         return p.timeout_at
     delay = p.tags.get(T.DELAY)
-    return max(T.parse_delay(delay), now) if delay is not None else now
+    due = max(T.parse_delay(delay), now) if delay is not None else now
+    return min(due, p.timeout_at)
 
 
 def born_pending(p: Promise, now: int, fx: Effects) -> Task:
@@ -48,7 +51,7 @@ def born_acquired(p: Promise, pid: str, ttl: int, now: int) -> Task:
         version=1,
         pid=pid,
         ttl=ttl,
-        expires_at=now + ttl,
+        expires_at=later(now, ttl),
     )
     task.save(force_insert=True)
     return task
@@ -63,7 +66,7 @@ def born_fulfilled(p: Promise) -> Task:
 def acquire(t: Task, pid: str, ttl: int, now: int) -> None:
     t.state = TaskState.ACQUIRED
     t.version += 1
-    t.pid, t.ttl, t.expires_at = pid, ttl, now + ttl
+    t.pid, t.ttl, t.expires_at = pid, ttl, later(now, ttl)
     t.retry_at = None
     t.resumes = []
     t.save(update_fields=[*_LEASE_FIELDS, "version"])
@@ -101,7 +104,7 @@ def halt(t: Task) -> None:
 
 def extend_lease(t: Task, now: int) -> None:
     assert t.ttl is not None
-    t.expires_at = now + t.ttl
+    t.expires_at = later(now, t.ttl)
     t.save(update_fields=["expires_at"])
 
 
@@ -136,7 +139,7 @@ def dispatch(t: Task, p: Promise, now: int) -> bool:
         return False
     if not is_live(p, now):
         return False
-    t.retry_at = now + resonate_settings().RETRY_TIMEOUT_MS
+    t.retry_at = later(now, resonate_settings().RETRY_TIMEOUT_MS)
     t.save(update_fields=["retry_at"])
     if p.target:
         enqueue.execute(p.id, t.version, p.target, now)

@@ -1,0 +1,25 @@
+"""``manage.py resonate``: see ``promises.cli`` for the subcommands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from promises import cli
+
+
+class Command(BaseCommand):
+    help = (
+        "Promises, tasks and schedules from the command line: on the local database, or on a "
+        "running server with --server URL."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        cli.add_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            cli.run(options, self.stdout.write)
+        except cli.CliError as exc:
+            raise CommandError(str(exc)) from exc

@@ -1,0 +1,41 @@
+"""Swagger UI that works offline: its assets come from the ``drf-spectacular-sidecar`` package
+and are served by this view, so neither a CDN nor static-file serving is needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import drf_spectacular_sidecar
+from django.http import FileResponse, Http404, HttpRequest
+from django.urls import reverse
+from drf_spectacular.views import SpectacularSwaggerView
+
+DIST = (
+    Path(drf_spectacular_sidecar.__file__).parent / "static/drf_spectacular_sidecar/swagger-ui-dist"
+)
+ASSETS = {
+    "swagger-ui.css": "text/css",
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui-standalone-preset.js": "text/javascript",
+    "favicon-32x32.png": "image/png",
+}
+
+
+def swagger_asset(request: HttpRequest, name: str) -> FileResponse:
+    if name not in ASSETS:
+        raise Http404(name)
+    response = FileResponse((DIST / name).open("rb"), content_type=ASSETS[name])
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
+class SwaggerView(SpectacularSwaggerView):
+    url_name = "resonate-api:schema"
+
+    @staticmethod
+    def _swagger_ui_resource(filename: str) -> str:
+        return reverse("resonate-api:swagger-asset", args=[filename])
+
+    @staticmethod
+    def _swagger_ui_favicon() -> str:
+        return reverse("resonate-api:swagger-asset", args=["favicon-32x32.png"])

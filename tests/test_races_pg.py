@@ -1,0 +1,229 @@
+"""Races on PostgreSQL: real concurrent transactions, one connection per thread.
+
+Threads start together behind a barrier; every assertion is about the outcome (who won, what
+every later read agrees on, that nothing was done twice), never about timing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from outbox.models import Message
+from promises import steps as promise_steps
+from promises.models import Callback, Listener, Promise
+from promises.protocol import Response
+from resonate_project.envelope import call
+from tasks_app import steps as task_steps
+from tasks_app.models import Task
+from tests.conftest import FAR
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+TARGET = "resonate:target"
+JOIN_TIMEOUT_S = 120
+
+
+def race(n: int, work: Callable[[int], Any]) -> list[Any]:
+    """Run ``work(0..n-1)`` in n threads released together; re-raise any thread's exception."""
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            connection.ensure_connection()  # connect before the barrier so the start is even
+            barrier.wait(timeout=JOIN_TIMEOUT_S)
+            results[i] = work(i)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN_TIMEOUT_S)
+    assert not any(t.is_alive() for t in threads), "a racing thread hung"
+    if errors:
+        raise errors[0]
+    return results
+
+
+def ok(kind: str, now: int, **data: Any) -> Response:
+    res = call(kind, data, now)
+    assert res.status == 200, (kind, data, res)
+    return res
+
+
+def acquired_task(tid: str, now: int = 1_000) -> None:
+    action = {
+        "kind": "promise.create",
+        "data": {"id": tid, "timeoutAt": FAR, "tags": {TARGET: "w"}},
+    }
+    res = ok("task.create", now, pid=f"owner-{tid}", ttl=600_000, action=action)
+    assert res.data["task"]["version"] == 1
+
+
+def test_sixteen_acquires_of_one_task_have_exactly_one_winner() -> None:
+    ok("promise.create", 1_000, id="job", timeoutAt=FAR, tags={TARGET: "poll://any@g"})
+
+    def acquire(i: int) -> Response:
+        return call(
+            "task.acquire", {"id": "job", "version": 0, "pid": f"w{i}", "ttl": 60_000}, 2_000
+        )
+
+    results = race(16, acquire)
+    statuses = Counter(r.status for r in results)
+    assert statuses == Counter({200: 1, 409: 15}), results
+    winner = next(i for i, r in enumerate(results) if r.status == 200)
+    task = Task.objects.get(promise_id="job")
+    assert (task.state, task.version, task.pid) == ("acquired", 1, f"w{winner}")
+    assert results[winner].data["task"]["version"] == 1
+    assert all(isinstance(r.data, str) for r in results if r.status == 409)
+
+
+def test_settle_racing_the_timeout_step_at_the_deadline_has_one_outcome_everyone_reads() -> None:
+    deadline = 10_000
+    for i in range(24):
+        pid, awaiter, address = f"b{i:02}", f"w{i:02}", f"poll://uni@g/{i}"
+        ok("promise.create", 1_000, id=pid, timeoutAt=deadline, tags={TARGET: "poll://any@g"})
+        ok("promise.register_listener", 1_000, awaited=pid, address=address)
+        acquired_task(awaiter)
+        actions = [
+            {"kind": "promise.register_callback", "data": {"awaited": pid, "awaiter": awaiter}}
+        ]
+        assert (
+            call("task.suspend", {"id": awaiter, "version": 1, "actions": actions}, 1_000).status
+            == 200
+        )
+
+        def contend(who: int, pid: str = pid) -> Any:
+            if who == 0:
+                return call("promise.settle", {"id": pid, "state": "resolved"}, deadline - 1)
+            return promise_steps.promise_timeouts(deadline, 100)
+
+        settle_res, _ = race(2, contend)
+        assert settle_res.status == 200
+        task_steps.run_due(deadline, 100)  # drains whatever a busy row left for the steps
+
+        later = deadline + 1
+        record = ok("promise.get", later, id=pid).data["promise"]
+        assert record["state"] in ("resolved", "rejected_timedout"), record
+        expected_at = deadline - 1 if record["state"] == "resolved" else deadline
+        assert record["settledAt"] == expected_at
+        assert settle_res.data["promise"] == record  # the settle saw the same single outcome
+        assert ok("task.get", later, id=pid).data["task"]["state"] == "fulfilled"
+        found = ok("promise.search", later, state=record["state"], tags={TARGET: "poll://any@g"})
+        assert record in found.data["promises"]
+        other = "rejected_timedout" if record["state"] == "resolved" else "resolved"
+        found = ok("promise.search", later, state=other)
+        assert pid not in [r["id"] for r in found.data["promises"]]
+        stored = Promise.objects.get(id=pid)
+        assert (stored.state, stored.settled_at) == (record["state"], record["settledAt"])
+        # Settled exactly once: one unblock, written once, carrying that record; one wake.
+        unblock = Message.objects.get(key=f"{pid}:notify:{address}")
+        assert (unblock.revision, unblock.promise) == (1, record)
+        assert not Listener.objects.filter(awaited_id=pid).exists()
+        assert not Callback.objects.filter(awaited_id=pid).exists()
+        woken = Task.objects.get(promise_id=awaiter)
+        assert (woken.state, woken.version, woken.resumes) == ("pending", 1, [pid])
+
+
+def test_eight_creates_of_one_promise_all_answer_the_single_stored_record() -> None:
+    def create(i: int) -> Response:
+        data = {
+            "id": "same",
+            "timeoutAt": FAR,
+            "param": {"data": f"cmVxdWVzdC{i}"},
+            "tags": {TARGET: "poll://any@g"},
+        }
+        return call("promise.create", data, 1_000 + i)
+
+    results = race(8, create)
+    assert [r.status for r in results] == [200] * 8, results
+    assert Promise.objects.filter(id="same").count() == 1
+    assert Task.objects.filter(promise_id="same").count() == 1
+    stored = ok("promise.get", 2_000, id="same").data["promise"]
+    assert all(r.data["promise"] == stored for r in results)
+    assert Message.objects.get(key="same").revision == 1  # dispatched once, by the winner
+
+
+def test_eight_task_creates_of_one_id_have_exactly_one_winner() -> None:
+    def create(i: int) -> Response:
+        action = {
+            "kind": "promise.create",
+            "data": {"id": "solo", "timeoutAt": FAR, "tags": {TARGET: "poll://any@g"}},
+        }
+        return call("task.create", {"pid": f"w{i}", "ttl": 60_000, "action": action}, 1_000)
+
+    results = race(8, create)
+    assert Counter(r.status for r in results) == Counter({200: 1, 409: 7}), results
+    winner = next(i for i, r in enumerate(results) if r.status == 200)
+    assert Promise.objects.filter(id="solo").count() == 1
+    task = Task.objects.get(promise_id="solo")
+    assert (task.state, task.version, task.pid) == ("acquired", 1, f"w{winner}")
+
+
+def test_eight_task_creates_re_acquiring_one_pending_task_have_exactly_one_winner() -> None:
+    ok("promise.create", 1_000, id="again", timeoutAt=FAR, tags={TARGET: "poll://any@g"})
+
+    def create(i: int) -> Response:
+        action = {
+            "kind": "promise.create",
+            "data": {"id": "again", "timeoutAt": FAR, "tags": {TARGET: "poll://any@g"}},
+        }
+        return call("task.create", {"pid": f"w{i}", "ttl": 60_000, "action": action}, 2_000)
+
+    results = race(8, create)
+    assert Counter(r.status for r in results) == Counter({200: 1, 409: 7}), results
+    task = Task.objects.get(promise_id="again")
+    assert (task.state, task.version) == ("acquired", 1)
+
+
+def test_crossing_suspends_and_settles_never_fail_and_never_lose_a_wake() -> None:
+    for i in range(30):
+        x, y, p, q = f"x{i:02}", f"y{i:02}", f"p{i:02}", f"q{i:02}"
+        acquired_task(x)
+        acquired_task(y)
+        for pid in (p, q):
+            ok("promise.create", 1_000, id=pid, timeoutAt=FAR, tags={"resonate:external": "true"})
+
+        def suspend(tid: str, awaited: list[str]) -> Response:
+            actions = [
+                {"kind": "promise.register_callback", "data": {"awaited": a, "awaiter": tid}}
+                for a in awaited
+            ]
+            return call("task.suspend", {"id": tid, "version": 1, "actions": actions}, 2_000)
+
+        def settle(pid: str) -> Response:
+            return call("promise.settle", {"id": pid, "state": "resolved"}, 2_000)
+
+        def cross(k: int, x: str = x, y: str = y, p: str = p, q: str = q) -> Response:
+            if k == 0:
+                return suspend(x, [p, q])
+            if k == 1:
+                return suspend(y, [q, p])
+            return settle(p if k == 2 else q)
+
+        results = race(4, cross)
+        assert [r.status in (200, 300) for r in results[:2]] == [True, True], results
+        assert [r.status for r in results[2:]] == [200, 200], results
+        task_steps.run_due(2_000, 100)  # awaiters busy at settlement are resumed by the step
+        for tid, res in ((x, results[0]), (y, results[1])):
+            task = Task.objects.get(promise_id=tid)
+            if res.status == 300:
+                assert (task.state, task.version) == ("acquired", 1), (tid, task.state)
+            else:
+                assert (task.state, task.version) == ("pending", 1), (tid, task.state)
+                assert task.resumes, (tid, "woken without a resume")
+                assert set(task.resumes) <= {p, q}, task.resumes
+                execute = Message.objects.get(key=tid)
+                assert (execute.kind, execute.version) == ("execute", 1)
+        assert not Callback.objects.filter(awaited_id__in=[p, q]).exists()
