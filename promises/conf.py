@@ -24,6 +24,9 @@ class ResonateSettings:
     RETRY_TIMEOUT_MS: int = 5000
     # Debug surface (C12): off means every debug.* answers 403 and resonate:debug_time is ignored.
     DEBUG: bool = False
+    # Threads per web process serving POST / (each holds one database connection); 0 runs the
+    # handlers on Django's shared sync thread.
+    WEB_THREADS: int = 8
     # Request limits. Larger requests answer 400 and change nothing.
     MAX_BODY_BYTES: int = 10 * 1024 * 1024
     # Searches (not in the spec; shaped like the reference server's).

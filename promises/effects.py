@@ -36,12 +36,15 @@ def finish(fx: Effects, now: int, *, inline: bool) -> None:
 
     from . import services
 
+    # Only external promises can carry callbacks and listeners (C2, C3): skip the queries for
+    # the rest, which are most settlements (an SDK's ctx.run steps are internal).
+    settled = [p for p in fx.settled if p.external]
     if not inline:
-        for p in fx.settled:
+        for p in settled:
             Callback.objects.filter(awaited=p).update(ready=True)
             Listener.objects.filter(awaited=p).update(ready=True)
         return
-    for p in fx.settled:
+    for p in settled:
         services.drain_listeners(p, now)
         services.drain_callbacks(p, now, fx)
     for task, promise in fx.due:

@@ -69,13 +69,12 @@ def create(req: PromiseCreateReq, now: int, fx: Effects) -> Response:
     """
     from . import services
 
+    created = services.create_with_task(req, now, fx)
+    if created is not None:
+        return ok({"promise": promise_record(created, now)})
     existing = promise_for_update(req.id)
-    if existing is None:
-        created = services.create_with_task(req, now, fx)
-        if created is not None:
-            return ok({"promise": promise_record(created, now)})
-        existing = promise_for_update(req.id)
-        assert existing is not None
+    if existing is None:  # cannot happen: promises are never deleted (but debug.reset)
+        return fail(409, "promise was deleted concurrently")
     return ok({"promise": promise_record(existing, now)})
 
 

@@ -3,7 +3,8 @@ R3, R4). Callers hold the relevant promise row locks and own the transaction."""
 
 from __future__ import annotations
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection
+from django.db.models import Model
 
 from . import tags as T
 from .effects import Effects
@@ -39,22 +40,30 @@ def new_promise(req: PromiseCreateReq, now: int) -> Promise:
     )
 
 
-def insert(p: Promise) -> bool:
-    """Insert ``p``; False if a concurrent transaction created the same id first.
+def insert(obj: Model) -> bool:
+    """Insert ``obj`` unless its primary key exists; False if it does (one round trip).
 
-    On PostgreSQL the loser of a creation race waits on the unique index and then fails; a
-    savepoint keeps its transaction usable so it can answer with the winner's promise. SQLite
-    serialises writers, so it never races.
+    ``INSERT … ON CONFLICT DO NOTHING RETURNING``: a concurrent creator of the same id makes this
+    statement wait for its commit and then do nothing, so the caller can read the winner.
     """
-    if connection.vendor != "postgresql":
-        p.save(force_insert=True)
-        return True
-    try:
-        with transaction.atomic():
-            p.save(force_insert=True)
-    except IntegrityError:
-        return False
-    return True
+    meta = obj._meta
+    fields = meta.concrete_fields
+    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
+    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    placeholders = ", ".join(["%s"] * len(fields))
+    assert meta.pk is not None
+    pk = connection.ops.quote_name(str(meta.pk.column))
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({columns}) "
+        f"VALUES ({placeholders}) ON CONFLICT ({pk}) DO NOTHING RETURNING {pk}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        inserted = cursor.fetchone() is not None
+    if inserted:
+        obj._state.adding = False
+        obj._state.db = connection.alias
+    return inserted
 
 
 def create_with_task(req: PromiseCreateReq, now: int, fx: Effects) -> Promise | None:

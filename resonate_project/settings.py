@@ -76,7 +76,9 @@ WSGI_APPLICATION = "resonate_project.wsgi.application"
 ASGI_APPLICATION = "resonate_project.asgi.application"
 
 DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'resonate.sqlite3'}")
-_db = dj_database_url.parse(DATABASE_URL, conn_max_age=600, conn_health_checks=True)
+# No per-request health-check ping (a round trip per request): a connection that failed is
+# dropped before its next use instead (resonate_project/api.py).
+_db = dj_database_url.parse(DATABASE_URL, conn_max_age=600, conn_health_checks=False)
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # Embedded default: WAL for concurrent readers, FULL sync so an acknowledged write survives a
     # power cut, IMMEDIATE transactions so concurrent writers queue on the lock instead of failing

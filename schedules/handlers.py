@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import transaction
 
+from promises import services
 from promises.conf import resonate_settings
 from promises.handlers import filter_tags
 from promises.protocol import Response, bad_request, fail, ok
@@ -50,21 +51,9 @@ def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
             created_at=now,
             next_run_at=cron.next_after(req.cron, now),
         )
-        if not _insert(s):
+        if not services.insert(s):
             s = Schedule.objects.get(id=req.id)
         return ok({"schedule": schedule_record(s)})
-
-
-def _insert(s: Schedule) -> bool:
-    if connection.vendor != "postgresql":
-        s.save(force_insert=True)
-        return True
-    try:
-        with transaction.atomic():
-            s.save(force_insert=True)
-    except IntegrityError:
-        return False
-    return True
 
 
 def schedule_delete(req: ScheduleDeleteReq, now: int) -> Response:

@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+# The in-process suite runs inside pytest-django's transaction on the main thread, so POST /
+# must run its handler there too (real servers use a thread pool; tests/integration covers it).
+os.environ["RESONATE_WEB_THREADS"] = "0"
+
 import pytest
 from django.db import connection
 

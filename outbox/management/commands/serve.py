@@ -19,6 +19,12 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("HOST", "0.0.0.0"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8001")))
         parser.add_argument(
+            "--workers",
+            type=int,
+            default=int(os.environ.get("WEB_CONCURRENCY", "1")),
+            help="web processes (only without --embedded: the embedded threads live in one)",
+        )
+        parser.add_argument(
             "--embedded",
             action=__import__("argparse").BooleanOptionalAction,
             default=None,
@@ -35,7 +41,8 @@ class Command(BaseCommand):
             from outbox import embedded as embedded_server
 
             embedded_server.start()
-        mode = "embedded" if embedded else "web (Celery runs steps and push)"
+        workers = 1 if embedded else max(1, options["workers"])
+        mode = "embedded" if embedded else f"web x{workers} (Celery runs steps and push)"
         self.stdout.write(
             f"django-resonate serving on http://{options['host']}:{options['port']} ({mode})"
         )
@@ -45,6 +52,7 @@ class Command(BaseCommand):
             port=options["port"],
             log_level=os.environ.get("UVICORN_LOG_LEVEL", "warning"),
             lifespan="off",
+            workers=workers,
             # Open SSE streams never end by themselves: do not wait for them at shutdown.
             timeout_graceful_shutdown=2,
         )
