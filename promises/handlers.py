@@ -6,7 +6,7 @@ Writers run in one transaction: lock, decide every refusal, write, run the enabl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
 from django.db.models import Q, QuerySet, TextField
@@ -39,6 +39,9 @@ from .requests import (
 )
 from .search import search_page
 
+if TYPE_CHECKING:
+    from tasks_app.models import Task
+
 PROMISE_NOT_FOUND = "promise not found"
 
 
@@ -61,7 +64,7 @@ def promise_create(req: PromiseCreateReq, now: int) -> Response:
         return res
 
 
-def create(req: PromiseCreateReq, now: int, fx: Effects) -> Response:
+def create(req: PromiseCreateReq, now: int, fx: Effects, locked: Promise | None = None) -> Response:
     """P-02 inside a caller's transaction (also the inner handler of ``task.fence``).
 
     The spec refuses a timer that is also targeted (400); the Python SDK's ``ctx.sleep`` sends
@@ -69,6 +72,8 @@ def create(req: PromiseCreateReq, now: int, fx: Effects) -> Response:
     """
     from . import services
 
+    if locked is not None:  # the caller (task.fence) holds it already
+        return ok({"promise": promise_record(locked, now)})
     created = services.create_with_task(req, now, fx)
     if created is not None:
         return ok({"promise": promise_record(created, now)})
@@ -96,15 +101,24 @@ def promise_settle(req: PromiseSettleReq, now: int) -> Response:
         return res
 
 
-def settle(promise_id: str, state: str, value: Value, now: int, fx: Effects) -> Response:
-    """P-03 after its 400, inside a caller's transaction (also the inner handler of a fence)."""
+def settle(
+    promise_id: str,
+    state: str,
+    value: Value,
+    now: int,
+    fx: Effects,
+    locked: Promise | None = None,
+    task: Task | None = None,
+) -> Response:
+    """P-03 after its 400, inside a caller's transaction (also the inner handler of a fence,
+    which passes the promise and task it already locked and read)."""
     from . import services
 
-    p = promise_for_update(promise_id)
+    p = locked if locked is not None else promise_for_update(promise_id)
     if p is None:
         return fail(404, PROMISE_NOT_FOUND)
     if is_live(p, now):
-        services.settle(p, state, value, now, fx)
+        services.settle(p, state, value, now, fx, task=task)
     return ok({"promise": promise_record(p, now)})
 
 

@@ -3,6 +3,8 @@ R3, R4). Callers hold the relevant promise row locks and own the transaction."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.db import connection
 from django.db.models import Model
 
@@ -11,6 +13,9 @@ from .effects import Effects
 from .models import Callback, Listener, Promise, PromiseState
 from .protocol import promise_record
 from .requests import PromiseCreateReq, Value
+
+if TYPE_CHECKING:
+    from tasks_app.models import Task
 
 
 def new_promise(req: PromiseCreateReq, now: int) -> Promise:
@@ -82,8 +87,16 @@ def create_with_task(req: PromiseCreateReq, now: int, fx: Effects) -> Promise | 
     return p
 
 
-def settle(p: Promise, state: str, value: Value | None, settled_at: int, fx: Effects) -> None:
-    """Store a settlement and fulfil the promise's task in the same transaction (§1.7)."""
+def settle(
+    p: Promise,
+    state: str,
+    value: Value | None,
+    settled_at: int,
+    fx: Effects,
+    task: Task | None = None,
+) -> None:
+    """Store a settlement and fulfil the promise's task in the same transaction (§1.7).
+    ``task``: the promise's task when the caller already read it under the lock."""
     from tasks_app.models import Task
     from tasks_app.transitions import fulfil
 
@@ -93,7 +106,8 @@ def settle(p: Promise, state: str, value: Value | None, settled_at: int, fx: Eff
     p.settled_at = settled_at
     p.save(update_fields=["state", "value_headers", "value_data", "settled_at"])
     if p.target is not None:
-        task = Task.objects.filter(promise_id=p.id).first()
+        if task is None:
+            task = Task.objects.filter(pk=p.id).first()
         if task is not None and task.state != "fulfilled":
             fulfil(task)
     fx.settled_promise(p)

@@ -116,23 +116,22 @@ def task_create(req: TaskCreateReq, now: int) -> Response:
     if is_timer(action.tags):
         return bad_request("a resonate:timer promise may not carry resonate:target in task.create")
     with transaction.atomic():
+        born = services.new_promise(action, now)
+        if services.insert(born):  # the common case first: one statement
+            if born.state == PromiseState.PENDING:
+                new_task = transitions.born_acquired(born, req.pid, req.ttl, now)
+            else:
+                new_task = transitions.born_fulfilled(born)
+            return ok(
+                {
+                    "task": task_record(new_task, born, now),
+                    "promise": promise_record(born, now),
+                    "preload": [],
+                }
+            )
         t, p = task_for_update(action.id)
-        if p is None:
-            p = services.new_promise(action, now)
-            if services.insert(p):
-                if p.state == PromiseState.PENDING:
-                    t = transitions.born_acquired(p, req.pid, req.ttl, now)
-                else:
-                    t = transitions.born_fulfilled(p)
-                return ok(
-                    {
-                        "task": task_record(t, p, now),
-                        "promise": promise_record(p, now),
-                        "preload": [],
-                    }
-                )
-            t, p = task_for_update(action.id)
-            assert p is not None
+        if p is None:  # cannot happen: promises are never deleted (but debug.reset)
+            return fail(409, "promise was deleted concurrently")
         if p.target is None:
             return fail(422, "promise exists and has no resonate:target")
         if t is None:
@@ -178,11 +177,18 @@ def task_fence(req: TaskFenceReq, now: int) -> Response:
         if refusal := fence_refusal(t, p, req.version, now):
             return refusal
         fx = Effects()
+        target_task, target = locked.get(action.data.id, (None, None))
         if isinstance(action, CreateAction):
-            inner = promise_handlers.create(action.data, now, fx)
+            inner = promise_handlers.create(action.data, now, fx, locked=target)
         else:
             inner = promise_handlers.check_settable(action.data.state) or promise_handlers.settle(
-                action.data.id, action.data.state, action.data.value, now, fx
+                action.data.id,
+                action.data.state,
+                action.data.value,
+                now,
+                fx,
+                locked=target,
+                task=target_task,
             )
         finish(fx, now, inline=not paused())
         head = {
@@ -266,7 +272,7 @@ def task_fulfill(req: TaskFulfillReq, now: int) -> Response:
         if refusal := fence_refusal(t, p, req.version, now):
             return refusal
         fx = Effects()
-        services.settle(p, data.state, data.value, now, fx)
+        services.settle(p, data.state, data.value, now, fx, task=t)
         finish(fx, now, inline=not paused())
         return ok({"promise": promise_record(p, now)})
 
