@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import reduce
-from operator import or_
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 
 from promises.conf import resonate_settings
@@ -71,23 +69,39 @@ def claim(where: Q, now: int, limit: int) -> list[Claimed]:
     ]
 
 
-def _exact(items: list[Claimed]) -> Q:
-    return reduce(or_, (Q(key=c.key, revision=c.revision) for c in items))
+_TABLE = Message._meta.db_table
+# Pairs per statement: a row-value IN list is planned as one index probe per pair.
+_CHUNK = 500
+
+
+def _matching(items: list[Claimed], sql: str, params: list[Any]) -> int:
+    """Run ``sql`` (with a ``{pairs}`` slot) for the rows still at the claimed revisions."""
+    done = 0
+    with connection.cursor() as cursor:
+        for i in range(0, len(items), _CHUNK):
+            chunk = items[i : i + _CHUNK]
+            pairs = ", ".join(["(%s, %s)"] * len(chunk))
+            values = [v for c in chunk for v in (c.key, c.revision)]
+            cursor.execute(sql.format(table=_TABLE, pairs=pairs), [*params, *values])
+            done += cursor.rowcount
+    return done
 
 
 def ack(items: list[Claimed]) -> int:
     """Delivered: delete the rows nobody replaced meanwhile."""
     if not items:
         return 0
-    deleted, _ = Message.objects.filter(_exact(items)).delete()
-    return deleted
+    return _matching(items, "DELETE FROM {table} WHERE (key, revision) IN (VALUES {pairs})", [])
 
 
 def release(items: list[Claimed], now: int) -> None:
     """Not delivered and not a failure (e.g. the stream went away): due again at once."""
     if items:
-        Message.objects.filter(_exact(items)).update(
-            next_attempt_at=now, attempts=F("attempts") - 1, revision=F("revision") + 1
+        _matching(
+            items,
+            "UPDATE {table} SET next_attempt_at = %s, attempts = attempts - 1, "
+            "revision = revision + 1 WHERE (key, revision) IN (VALUES {pairs})",
+            [now],
         )
 
 

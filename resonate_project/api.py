@@ -40,11 +40,18 @@ def _runner() -> Callable[[bytes, int], Awaitable[tuple[int, bytes]]]:
     return sync_to_async(_handle, thread_sensitive=False, executor=_pool)
 
 
+async def answer(body: bytes) -> tuple[int, bytes]:
+    """One envelope in, one out, off the event loop; the clock is read here."""
+    return await _runner()(body, now_ms())
+
+
 @csrf_exempt
 async def envelope(request: HttpRequest) -> HttpResponse:
+    """``POST /`` as a Django view (for sites that mount the URLs; ``resonate_project.asgi``
+    answers it before Django's middleware when this project is the server)."""
     if request.method != "POST":
         return JsonResponse({"error": "POST a {kind, head, data} envelope to this URL"}, status=405)
-    status, body = await _runner()(request.body, now_ms())
+    status, body = await answer(request.body)
     return HttpResponse(body, status=status, content_type="application/json")
 
 

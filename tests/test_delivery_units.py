@@ -82,3 +82,13 @@ def test_the_metronome_keeps_sub_second_intervals_and_drops_late_ticks(db, tick_
     assert tick.interval.schedule.run_every.total_seconds() == tick_ms / 1_000
     assert tick.expire_seconds == expire
     assert PeriodicTask.objects.filter(name__startswith="resonate-").count() == 2
+
+
+def test_acking_thousands_of_messages_at_once_deletes_exactly_those(db):
+    for i in range(1_500):
+        enqueue.unblock({"id": f"p{i}", "state": "resolved"}, "poll://uni@g/w", 1_000)
+    claimed = delivery.claim(ALL, 1_000, 2_000)
+    assert len(claimed) == 1_500
+    enqueue.unblock({"id": "p7", "state": "rejected"}, "poll://uni@g/w", 1_100)  # replaced
+    assert delivery.ack(claimed) == 1_499
+    assert list(Message.objects.values_list("key", flat=True)) == ["p7:notify:poll://uni@g/w"]
