@@ -26,7 +26,7 @@ class ResonateSettings:
     DEBUG: bool = False
     # Threads per web process serving POST / (each holds one database connection); 0 runs the
     # handlers on Django's shared sync thread.
-    WEB_THREADS: int = 8
+    WEB_THREADS: int = 2
     # Request limits. Larger requests answer 400 and change nothing.
     MAX_BODY_BYTES: int = 10 * 1024 * 1024
     # Searches (not in the spec; shaped like the reference server's).

@@ -114,12 +114,18 @@ def settle(
     which passes the promise and task it already locked and read)."""
     from . import services
 
-    p = locked if locked is not None else promise_for_update(promise_id)
-    if p is None:
-        return fail(404, PROMISE_NOT_FOUND)
-    if is_live(p, now):
-        services.settle(p, state, value, now, fx, task=task)
-    return ok({"promise": promise_record(p, now)})
+    if locked is None:
+        settled = services.settle_if_live(promise_id, state, value, now, fx)
+        if settled is not None:
+            return ok({"promise": promise_record(settled, now)})
+        # Absent, settled or dead: nothing to write, so a plain read answers (read discipline -p).
+        existing = Promise.objects.filter(id=promise_id).first()
+        if existing is None:
+            return fail(404, PROMISE_NOT_FOUND)
+        return ok({"promise": promise_record(existing, now)})
+    if is_live(locked, now):
+        services.settle(locked, state, value, now, fx, task=task)
+    return ok({"promise": promise_record(locked, now)})
 
 
 def promise_register_callback(req: PromiseRegisterCallbackReq, now: int) -> Response:

@@ -113,6 +113,33 @@ def settle(
     fx.settled_promise(p)
 
 
+def settle_if_live(
+    promise_id: str, state: str, value: Value, now: int, fx: Effects
+) -> Promise | None:
+    """P-03's write in one statement: settle the promise only if it is live at ``now``
+    (``UPDATE … WHERE state = 'pending' AND timeout_at > now RETURNING *``, which takes the row
+    lock), then fulfil its task. None if nothing matched (absent, settled, or dead)."""
+    table = connection.ops.quote_name(Promise._meta.db_table)
+    headers = Promise._meta.get_field("value_headers").get_db_prep_save(value.headers, connection)
+    sql = (
+        f"UPDATE {table} SET state = %s, value_headers = %s, value_data = %s, settled_at = %s "
+        f"WHERE id = %s AND state = 'pending' AND timeout_at > %s RETURNING *"
+    )
+    rows = list(Promise.objects.raw(sql, [state, headers, value.data, now, promise_id, now]))
+    if not rows:
+        return None
+    p = rows[0]
+    if p.target is not None:
+        from tasks_app.models import Task
+        from tasks_app.transitions import fulfil
+
+        task = Task.objects.filter(pk=p.id).first()
+        if task is not None and task.state != "fulfilled":
+            fulfil(task)
+    fx.settled_promise(p)
+    return p
+
+
 def time_out(p: Promise, fx: Effects) -> None:
     """R1: materialise the deadline settlement (value untouched, stamped at the deadline)."""
     verdict = PromiseState.RESOLVED if p.timer else PromiseState.REJECTED_TIMEDOUT
