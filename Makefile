@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8001
 PG_URL ?= postgresql://postgres@127.0.0.1:5432/resonate
+# `make bench` creates (and drops) its own database on this server. BENCH_ARGS=--quick: a short run.
+BENCH_PG_URL ?= postgresql://postgres@127.0.0.1:5432
+BENCH_ARGS ?=
 export PYTHONDONTWRITEBYTECODE := 1
 
 # A Python >= 3.12: from PATH, else pyenv's versions (the SDKs and Django 6 need 3.12+).
@@ -67,6 +70,15 @@ test-system: setup services
 	$(VENV)/bin/pytest -p no:cacheprovider -n 2 tests/integration tests/e2e
 
 test: lint typecheck test-sqlite test-postgres test-system
+
+# Throughput and latency against PostgreSQL on this machine (bench/run.py; docs/benchmarks.md):
+# pgbench's ceiling, wrk over HTTP, the timeout sweep, outbox drains, dispatch latency. ~7 min.
+bench: setup services
+	@command -v wrk >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -q wrk >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q wrk >/dev/null 2>&1; }; } ; } || \
+		{ echo "wrk unavailable: install it (apt-get install wrk) to run the benchmark"; exit 1; }
+	$(PY) bench/run.py --pg-url $(BENCH_PG_URL) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) resonate.sqlite3*

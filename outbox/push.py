@@ -27,12 +27,32 @@ def _post(client: httpx.Client, item: Claimed) -> str | None:
     return f"HTTP {res.status_code}: {res.text[:200]}"
 
 
+_clients: dict[tuple[str, int, int], httpx.Client] = {}
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
 def _client() -> httpx.Client:
+    """One client per process and configuration: keep-alive connections are reused across rounds
+    (a new client per round re-read the CA bundle and reconnected every time)."""
     conf = resonate_settings()
-    headers = {"Content-Type": "application/json"}
-    if conf.PUSH_BEARER_TOKEN:
-        headers["Authorization"] = f"Bearer {conf.PUSH_BEARER_TOKEN}"
-    return httpx.Client(timeout=conf.PUSH_TIMEOUT_MS / 1000, headers=headers)
+    key = (conf.PUSH_BEARER_TOKEN, conf.PUSH_TIMEOUT_MS, conf.PUSH_CONCURRENCY)
+    client = _clients.get(key)
+    if client is None:
+        headers = {"Content-Type": "application/json"}
+        if conf.PUSH_BEARER_TOKEN:
+            headers["Authorization"] = f"Bearer {conf.PUSH_BEARER_TOKEN}"
+        limits = httpx.Limits(max_connections=conf.PUSH_CONCURRENCY * 2)
+        client = _clients[key] = httpx.Client(
+            timeout=conf.PUSH_TIMEOUT_MS / 1000, headers=headers, limits=limits
+        )
+    return client
+
+
+def _pool(size: int) -> ThreadPoolExecutor:
+    pool = _pools.get(size)
+    if pool is None:
+        pool = _pools[size] = ThreadPoolExecutor(max_workers=size, thread_name_prefix="push")
+    return pool
 
 
 def push_due(now: int, limit: int) -> int:
@@ -47,15 +67,17 @@ def push_due(now: int, limit: int) -> int:
     items = delivery.claim(delivery.PUSH_Q, now, min(limit, conf.PUSH_CONCURRENCY))
     if not items:
         return 0
-    with _client() as client, ThreadPoolExecutor(max_workers=conf.PUSH_CONCURRENCY) as pool:
-        futures = {pool.submit(_post, client, item): item for item in items}
-        for future in as_completed(futures):
-            item, error = futures[future], future.result()
-            if error is None:
-                delivery.ack([item])
-            else:
-                log.info("push to %s failed (attempt %d): %s", item.address, item.attempts, error)
-                delivery.fail(item, now_ms(), error)
+    client, pool = _client(), _pool(conf.PUSH_CONCURRENCY)
+    futures = {pool.submit(_post, client, item): item for item in items}
+    delivered = []
+    for future in as_completed(futures):
+        item, error = futures[future], future.result()
+        if error is None:
+            delivered.append(item)
+        else:
+            log.info("push to %s failed (attempt %d): %s", item.address, item.attempts, error)
+            delivery.fail(item, now_ms(), error)
+    delivery.ack(delivered)  # one statement per round; the round is bounded by PUSH_TIMEOUT_MS
     return len(items)
 
 

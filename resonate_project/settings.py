@@ -147,5 +147,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     # Protocol refusals (4xx) are answers, not incidents.
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {
+        "django.request": {"level": "ERROR"},
+        # One INFO line per pushed message is noise; failures are logged by outbox.push.
+        "httpx": {"level": "WARNING"},
+    },
 }

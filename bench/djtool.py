@@ -1,0 +1,194 @@
+"""The benchmark's Django-side helper: runs in its own Django-configured process against the bench
+database (``DATABASE_URL``) and prints one JSON object on stdout.
+
+Rows are bulk-loaded by cloning a *template* row that the server's own code wrote (a promise made
+through the protocol handler, an outbox row made through ``outbox.enqueue``): every derived
+column (``external``, ``timer``, ``target``, ``branch``) and any column added later comes out as
+the server would write it, and only the columns that must differ (id, deadlines, key) are set by
+``INSERT ... SELECT ... FROM generate_series``.
+
+    python bench/djtool.py load-promises --prefix p --count 100000 --state pending
+    python bench/djtool.py load-outbox --address poll://uni@bench/s1 --count 20000
+    python bench/djtool.py sweep --limit 500 --max-seconds 300
+    python bench/djtool.py push --limit 100 --max-seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_project.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection, transaction  # noqa: E402
+
+from outbox.models import Message  # noqa: E402
+from promises.clock import now_ms  # noqa: E402
+from promises.models import Promise  # noqa: E402
+from resonate_project.envelope import handle_body  # noqa: E402
+
+VERSION = "2026-04-01"
+HOUR = 3_600_000
+
+
+def call(kind: str, data: dict[str, Any], now: int) -> dict[str, Any]:
+    body = {"kind": kind, "head": {"corrId": "bench", "version": VERSION}, "data": data}
+    status, out = handle_body(json.dumps(body).encode(), now)
+    reply: dict[str, Any] = json.loads(out)
+    if status != 200:
+        raise SystemExit(f"{kind} answered {status}: {reply}")
+    return reply
+
+
+def columns(table: str) -> list[str]:
+    with connection.cursor() as cur:
+        cur.execute(
+            "SELECT column_name FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = %s ORDER BY ordinal_position",
+            [table],
+        )
+        return [row[0] for row in cur.fetchall()]
+
+
+def clone(table: str, pk: str, template: str, count: int, overrides: dict[str, str]) -> None:
+    """Insert ``count`` copies of row ``template`` (g = 1..count in the override expressions)."""
+    cols = columns(table)
+    exprs = [overrides.get(c, f't."{c}"') for c in cols]
+    sql = (
+        f"INSERT INTO {table} ({', '.join(f'"{c}"' for c in cols)}) "
+        f"SELECT {', '.join(exprs)} FROM {table} t CROSS JOIN generate_series(1, %s) g "
+        f'WHERE t."{pk}" = %s'
+    )
+    with transaction.atomic(), connection.cursor() as cur:
+        cur.execute(sql, [count, template])
+
+
+def load_promises(prefix: str, count: int, state: str) -> dict[str, Any]:
+    """``count`` external promises ``<prefix>-<g>``: pending with deadlines already passed (the
+    timeout step's work), or settled (resolved) long ago."""
+    now = now_ms()
+    template = f"{prefix}-template"
+    call(
+        "promise.create",
+        {
+            "id": template,
+            "timeoutAt": now + HOUR,
+            "param": {"headers": {}, "data": "e30="},
+            "tags": {"resonate:external": "true"},
+        },
+        now,
+    )
+    overrides = {
+        "id": f"'{prefix}-' || g",
+        # Distinct deadlines, all in the past: the step takes them in deadline order.
+        "timeout_at": f"{now - 60_000} - g",
+        "created_at": f"{now - HOUR} - g",
+    }
+    if state == "settled":
+        call("promise.settle", {"id": template, "state": "resolved", "value": {}}, now)
+        overrides["settled_at"] = f"{now - 120_000} - g"
+    t0 = time.perf_counter()
+    clone(Promise._meta.db_table, "id", template, count, overrides)
+    Promise.objects.filter(id=template).delete()
+    return {"loaded": count, "state": state, "seconds": time.perf_counter() - t0}
+
+
+def load_outbox(address: str, count: int, prefix: str) -> dict[str, Any]:
+    """``count`` due ``execute`` messages for ``address`` (tasks ``<prefix>-<g>``, version 1)."""
+    from outbox import enqueue
+
+    template = f"{prefix}-template"
+    with transaction.atomic():
+        enqueue.execute(template, 1, address, now_ms())
+    t0 = time.perf_counter()
+    clone(
+        Message._meta.db_table,
+        "key",
+        template,
+        count,
+        {"key": f"'{prefix}-' || g", "task_id": f"'{prefix}-' || g", "next_attempt_at": "0"},
+    )
+    Message.objects.filter(key=template).delete()
+    return {"loaded": count, "seconds": time.perf_counter() - t0}
+
+
+def sweep(limit: int, max_seconds: float) -> dict[str, Any]:
+    """Call the timeout step until it finds nothing due (bounded by ``max_seconds``)."""
+    from promises.steps import promise_timeouts
+
+    processed = calls = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < max_seconds:
+        calls += 1
+        n = promise_timeouts(now_ms(), limit)
+        processed += n
+        if n == 0:
+            break
+    else:
+        return {"processed": processed, "calls": calls, "seconds": None, "timed_out": True}
+    return {"processed": processed, "calls": calls, "seconds": time.perf_counter() - t0}
+
+
+def push(limit: int, max_seconds: float) -> dict[str, Any]:
+    """Drain HTTP push messages until the outbox is empty, or ``max_seconds`` have passed (then
+    the rate is what was delivered so far): ``outbox.push.drain_push``'s own loop over
+    ``push_due``, with a time bound between rounds."""
+    from outbox.push import push_due
+
+    loaded = Message.objects.count()
+    claimed = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < max_seconds:
+        n = push_due(now_ms(), limit)
+        claimed += n
+        if n == 0:
+            if not Message.objects.exists():
+                break
+            time.sleep(0.01)  # only failed pushes (backing off) remain
+    seconds = time.perf_counter() - t0
+    left = Message.objects.count()
+    return {"claimed": claimed, "delivered": loaded - left, "left": left, "seconds": seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("load-promises")
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--state", choices=["pending", "settled"], required=True)
+    p = sub.add_parser("load-outbox")
+    p.add_argument("--address", required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--prefix", default="bench-msg")
+    p = sub.add_parser("sweep")
+    p.add_argument("--limit", type=int, default=500)
+    p.add_argument("--max-seconds", type=float, default=300)
+    p = sub.add_parser("push")
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--max-seconds", type=float, default=120)
+    args = parser.parse_args()
+    if args.cmd == "load-promises":
+        out = load_promises(args.prefix, args.count, args.state)
+    elif args.cmd == "load-outbox":
+        out = load_outbox(args.address, args.count, args.prefix)
+    elif args.cmd == "sweep":
+        out = sweep(args.limit, args.max_seconds)
+    else:
+        out = push(args.limit, args.max_seconds)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

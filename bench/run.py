@@ -1,0 +1,663 @@
+"""``make bench``: the server's throughput and latency against PostgreSQL, in one go on one machine,
+each protocol figure next to the database's own ceiling measured in the same run.
+
+1. Ceiling: pgbench, one state transition per transaction (UPDATE one promise row, INSERT one
+   outbox row) on the real migrated tables, each client on its own row; best of 1..16 clients.
+2. Protocol throughput over HTTP (``serve --no-embedded``: the pure web tier, no broker) from wrk
+   with one keep-alive connection per thread: (a) promise.create + promise.settle pairs, (b) the
+   SDK-shaped task cycle (task.create, 2 x (fenced create + fenced settle), task.fulfill). Then the
+   p50/p99 at half the best rate from a fixed-rate generator (bench/loadgen.py).
+3. Timeout sweep scaling: 100,000 external promises past their deadline processed by
+   ``promises.steps.promise_timeouts``, with 1,000,000 settled promises present versus none.
+4. Outbox drain rate: 20,000 due messages to one connected SSE stream, and to a local HTTP
+   receiver through ``outbox.push.drain_push``.
+5. Dispatch latency (bench/dispatch_latency.py): promise.create response to ``execute`` frame.
+
+It creates a fresh database ``resonate_bench_<random>`` on the server at ``--pg-url``, migrates it,
+and drops it at the end. All load goes to 127.0.0.1; every loop is bounded in count and time.
+Prints one table and writes bench/results/latest.json.
+
+    .venv/bin/python bench/run.py [--quick] [--only ceiling,http,sweep,drain,dispatch]
+    .venv/bin/python bench/run.py --markdown bench/results/latest.json   # the table as Markdown
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dispatch_latency
+import httpx
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+PY = str(ROOT / ".venv" / "bin" / "python")
+RESULTS = BENCH / "results" / "latest.json"
+HOUR = 3_600_000
+
+SECTIONS = ("ceiling", "http", "dispatch", "drain", "sweep")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# --- the database --------------------------------------------------------------------------------
+
+
+@dataclass
+class Database:
+    server_url: str  # postgresql://user@host:port (no database)
+    name: str
+
+    @property
+    def url(self) -> str:
+        return f"{self.server_url.rstrip('/')}/{self.name}"
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+
+    def sql(self, *statements: str) -> None:
+        with self.connect() as conn:
+            for statement in statements:
+                conn.execute(statement.encode())
+
+    def scalar(self, query: str) -> Any:
+        with self.connect() as conn:
+            row = conn.execute(query.encode()).fetchone()
+            return None if row is None else row[0]
+
+    def reset(self) -> None:
+        """Empty every table the benchmarks write (promises cascade to tasks, callbacks...)."""
+        self.sql(
+            "TRUNCATE promises_promise, outbox_message, outbox_subscriber CASCADE",
+            "VACUUM ANALYZE",
+            "CHECKPOINT",
+        )
+
+
+@contextlib.contextmanager
+def bench_database(server_url: str, keep: bool) -> Iterator[Database]:
+    db = Database(server_url, f"resonate_bench_{secrets.token_hex(4)}")
+    admin = f"{server_url.rstrip('/')}/postgres"
+    with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(f'CREATE DATABASE "{db.name}"'.encode())
+    try:
+        log(f"database {db.name}: migrating")
+        subprocess.run(
+            [PY, "manage.py", "migrate", "-v0", "--noinput"],
+            cwd=ROOT,
+            env=env_for(db),
+            check=True,
+            timeout=300,
+        )
+        yield db
+    finally:
+        if keep:
+            log(f"kept database {db.name}")
+        else:
+            with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{db.name}" WITH (FORCE)'.encode())
+            log(f"dropped database {db.name}")
+
+
+def env_for(db: Database, **extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": db.url,
+        "CELERY_BROKER_URL": "",
+        "RESONATE_NOTIFY_URL": "",
+        "UVICORN_LOG_LEVEL": "warning",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    env.pop("RESONATE_DEBUG", None)
+    env.update(extra)
+    return env
+
+
+def djtool(db: Database, *args: str, timeout: float = 600) -> dict[str, Any]:
+    out = subprocess.run(
+        [PY, str(BENCH / "djtool.py"), *args],
+        cwd=ROOT,
+        env=env_for(db),
+        check=True,
+        timeout=timeout,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --- the server ----------------------------------------------------------------------------------
+
+
+def serve_has_workers() -> bool:
+    out = subprocess.run(
+        [PY, "manage.py", "serve", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DATABASE_URL": "sqlite:///:memory:"},
+    )
+    return "--workers" in out.stdout
+
+
+class Server:
+    """``manage.py serve --no-embedded`` on a free port of 127.0.0.1, against the bench database."""
+
+    def __init__(self, db: Database, workers: int | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [PY, "manage.py", "serve", "--no-embedded", "--host", "127.0.0.1"]
+        cmd += ["--port", str(self.port)]
+        if workers is not None:
+            cmd += ["--workers", str(workers)]
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env_for(db), stdout=self.log, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                if httpx.get(self.url + "/ready", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        self.log.seek(0)
+        raise SystemExit(f"server did not become ready:\n{self.log.read().decode()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.log.close()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --- 1. the ceiling ------------------------------------------------------------------------------
+
+CEILING_SCRIPT = """\
+\\set cid :client_id + 1
+BEGIN;
+UPDATE promises_promise SET state = 'resolved', value_data = 'e30=', settled_at = 1
+  WHERE id = 'ceil-' || :cid;
+INSERT INTO outbox_message (key, kind, address, task_id, version, promise, created_at, revision,
+                            attempts, next_attempt_at, last_error)
+  VALUES (gen_random_uuid()::text, 'unblock', 'poll://any@bench', NULL, NULL,
+          '{"id":"ceil"}'::jsonb, 1, 1, 0, 9000000000000000, '');
+COMMIT;
+"""
+
+
+def ceiling(db: Database, seconds: int, clients: list[int]) -> dict[str, Any]:
+    djtool(
+        db, "load-promises", "--prefix", "ceil", "--count", str(max(clients)), "--state", "pending"
+    )
+    db.sql("VACUUM ANALYZE", "CHECKPOINT")
+    script = Path(tempfile.mkdtemp()) / "transition.sql"
+    script.write_text(CEILING_SCRIPT)
+    conninfo = conninfo_to_dict(db.url)
+    runs: dict[int, dict[str, float]] = {}
+    for c in clients:
+        cmd = ["pgbench", "-n", "-M", "prepared", "-c", str(c), "-j", str(min(c, 2))]
+        cmd += ["-T", str(seconds), "-f", str(script)]
+        cmd += ["-h", str(conninfo.get("host", "127.0.0.1")), "-p", str(conninfo.get("port", 5432))]
+        cmd += ["-U", str(conninfo.get("user", "postgres")), db.name]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+        match = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out.stdout)
+        if out.returncode != 0 or not match:
+            raise SystemExit(f"pgbench failed:\n{out.stdout}\n{out.stderr}")
+        lat = re.search(r"latency average = ([\d.]+) ms", out.stdout)
+        runs[c] = {"tps": float(match.group(1)), "latency_ms": float(lat.group(1)) if lat else 0.0}
+        log(f"ceiling: {c:2d} clients {runs[c]['tps']:8.0f} transitions/s")
+    shutil.rmtree(script.parent, ignore_errors=True)
+    best = max(runs, key=lambda c: runs[c]["tps"])
+    db.reset()
+    return {"by_clients": runs, "best_clients": best, "tps": runs[best]["tps"]}
+
+
+# --- 2. protocol throughput ---------------------------------------------------------------------
+
+LUA = {"pair": BENCH / "lua" / "promise_pair.lua", "cycle": BENCH / "lua" / "task_cycle.lua"}
+
+
+def wrk(url: str, workload: str, conns: int, seconds: int) -> dict[str, Any]:
+    run_id = f"{workload}{secrets.token_hex(3)}c{conns}"
+    cmd = ["wrk", "-t", str(conns), "-c", str(conns), "-d", f"{seconds}s", "--timeout", "10s"]
+    cmd += ["-s", str(LUA[workload]), url + "/", "--", run_id, str(now_ms() + HOUR)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 60)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("BENCHJSON ")), None)
+    if out.returncode != 0 or line is None:
+        raise SystemExit(f"wrk failed:\n{out.stdout}\n{out.stderr}")
+    r: dict[str, Any] = json.loads(line[len("BENCHJSON ") :])
+    r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
+    r["p50_ms"], r["p99_ms"] = r["p50_us"] / 1000, r["p99_us"] / 1000
+    r["conns"] = conns
+    return r
+
+
+def loadgen(url: str, workload: str, rate: float, conns: int, seconds: int) -> dict[str, Any]:
+    cmd = [PY, str(BENCH / "loadgen.py"), "--url", url, "--workload", workload]
+    cmd += ["--rate", f"{rate:.1f}", "--conns", str(conns), "--seconds", str(seconds)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 3 + 60)
+    if out.returncode != 0:
+        raise SystemExit(f"loadgen failed:\n{out.stdout}\n{out.stderr}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def http(db: Database, seconds: int, conns: list[int], half_seconds: int) -> dict[str, Any]:
+    options: list[int | None] = [1, 2] if serve_has_workers() else [None]
+    runs: dict[str, list[dict[str, Any]]] = {"pair": [], "cycle": []}
+    for workers in options:
+        with Server(db, workers) as server:
+            wrk(server.url, "pair", 4, 2)  # warm up: connections, caches, JIT-free Python paths
+            for workload in ("pair", "cycle"):
+                for n in conns:
+                    r = wrk(server.url, workload, n, seconds)
+                    r["workers"] = workers
+                    runs[workload].append(r)
+                    log(
+                        f"{workload:5s} workers={workers} conns={n:2d}: {r['rps']:7.0f} req/s "
+                        f"p50 {r['p50_ms']:6.1f} ms p99 {r['p99_ms']:6.1f} ms "
+                        f"non200 {r['non200']} socket errors {r['socket_errors']}"
+                    )
+    out: dict[str, Any] = {"workers_option": serve_has_workers(), "runs": runs}
+    for workload in ("pair", "cycle"):
+        best = max(runs[workload], key=lambda r: r["rps"])
+        with Server(db, best["workers"]) as server:
+            half = loadgen(server.url, workload, best["rps"] / 2, best["conns"], half_seconds)
+        log(
+            f"{workload:5s} at half rate ({half['offered_rate']:.0f} req/s, "
+            f"{best['conns']} conns): p50 {half['p50_ms']:.1f} ms p99 {half['p99_ms']:.1f} ms"
+        )
+        out[workload] = {"best": best, "half_rate": half}
+    db.reset()
+    return out
+
+
+# --- 3. timeout sweep ---------------------------------------------------------------------------
+
+
+def sweep(db: Database, count: int, settled: int, max_seconds: int) -> dict[str, Any]:
+    def timed(prefix: str) -> dict[str, Any]:
+        djtool(db, "load-promises", "--prefix", prefix, "--count", str(count), "--state", "pending")
+        db.sql("VACUUM ANALYZE promises_promise", "CHECKPOINT")
+        r = djtool(db, "sweep", "--max-seconds", str(max_seconds), timeout=max_seconds + 120)
+        left = db.scalar(
+            "SELECT count(*) FROM promises_promise WHERE state = 'pending' AND external"
+        )
+        r["left_pending"] = left
+        seconds = r["seconds"] if r["seconds"] is not None else float(max_seconds)
+        r["ms_per_promise"] = 1000 * seconds / max(r["processed"], 1)
+        r["promises_per_s"] = r["processed"] / seconds if seconds else 0.0
+        return r
+
+    db.reset()
+    log(f"sweep: {count} due promises, no settled promises")
+    alone = timed("due0")
+    log(f"sweep: {alone['processed']} in {alone['seconds']} s ({alone['promises_per_s']:.0f}/s)")
+    db.reset()
+    t0 = time.perf_counter()
+    djtool(db, "load-promises", "--prefix", "old", "--count", str(settled), "--state", "settled")
+    log(f"sweep: loaded {settled} settled promises in {time.perf_counter() - t0:.1f} s")
+    log(f"sweep: {count} due promises, {settled} settled promises present")
+    crowded = timed("due1")
+    log(f"sweep: {crowded['processed']} in {crowded['seconds']} s")
+    ratio = crowded["ms_per_promise"] / alone["ms_per_promise"]
+    db.reset()
+    return {"count": count, "settled": settled, "none": alone, "with": crowded, "ratio": ratio}
+
+
+# --- 4. outbox drain ----------------------------------------------------------------------------
+
+
+def sse_drain(db: Database, n: int, max_seconds: int) -> dict[str, Any]:
+    """Connect one SSE stream and time until ``n`` data frames have arrived."""
+    sid = f"drain{secrets.token_hex(3)}"
+    djtool(db, "load-outbox", "--address", f"poll://uni@bench/{sid}", "--count", str(n))
+    db.sql("VACUUM ANALYZE outbox_message")
+    with Server(db) as server:
+        frames, tail = 0, b""
+        t0 = time.perf_counter()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            request = f"GET /poll/bench/{sid} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            sock.sendall(f"{request}Accept: text/event-stream\r\n\r\n".encode())
+            deadline = t0 + max_seconds
+            while frames < n and time.perf_counter() < deadline:
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    break
+                # Every data frame is one JSON object: it ends with "}\n\n" (comments do not).
+                frames += (tail + chunk).count(b"}\n\n")
+                tail = chunk[-2:]
+            elapsed = time.perf_counter() - t0
+            empty_at = None
+            deadline = time.perf_counter() + 30
+            while time.perf_counter() < deadline:
+                if db.scalar("SELECT count(*) FROM outbox_message") == 0:
+                    empty_at = time.perf_counter() - t0
+                    break
+                time.sleep(0.05)
+    db.reset()
+    return {
+        "n": n,
+        "frames": frames,
+        "seconds": elapsed,
+        "per_s": frames / elapsed,
+        "table_empty_after_s": empty_at,
+    }
+
+
+def push_drain(db: Database, n: int, max_seconds: int) -> dict[str, Any]:
+    port = free_port()
+    receiver = subprocess.Popen(
+        [PY, str(BENCH / "receiver.py"), str(port)], cwd=ROOT, stderr=subprocess.DEVNULL
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        for _ in range(100):
+            try:
+                httpx.get(url + "count", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        djtool(db, "load-outbox", "--address", url, "--count", str(n))
+        db.sql("VACUUM ANALYZE outbox_message")
+        r = djtool(db, "push", "--max-seconds", str(max_seconds), timeout=max_seconds + 120)
+        received = int(httpx.get(url + "count", timeout=5).text)
+    finally:
+        receiver.terminate()
+        receiver.wait(10)
+    db.reset()
+    return {**r, "n": n, "received": received, "per_s": r["delivered"] / r["seconds"]}
+
+
+# --- 5. dispatch latency -------------------------------------------------------------------------
+
+
+def dispatch(db: Database, n: int) -> dict[str, Any]:
+    with Server(db) as server:
+        result = dispatch_latency.run(server.url, n)
+    db.reset()
+    return dict(result)
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem_kb = 0
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "git_commit": commit + ("+dirty" if dirty else ""),
+        "loadavg_start": os.getloadavg()[0],
+    }
+
+
+def fmt(x: float | None, unit: str = "", digits: int = 0) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:,.{digits}f}{unit}"
+
+
+def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(metric, value, target, ratio or met) rows."""
+    rows: list[tuple[str, str, str, str]] = []
+    ceil = res.get("ceiling", {}).get("tps")
+
+    def vs_ceiling(x: float) -> str:
+        return f"{x / ceil:.1%} of ceiling" if ceil else "-"
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    if "ceiling" in res:
+        c = res["ceiling"]
+        rows.append(
+            (f"1 ceiling: pgbench transitions/s ({c['best_clients']} clients)", fmt(ceil), "-", "-")
+        )
+    if "http" in res:
+        h = res["http"]
+        for key, label in (("pair", "2a create+settle"), ("cycle", "2b task cycle")):
+            best, half = h[key]["best"], h[key]["half_rate"]
+            workers = f", {best['workers']} worker(s)" if best["workers"] else ""
+            target = "≥ 1,000" if key == "pair" else "-"
+            verdict = vs_ceiling(best["rps"])
+            if key == "pair":
+                verdict = (
+                    f"{met(best['rps'] >= 1000)}; {verdict}" if ceil else met(best["rps"] >= 1000)
+                )
+            rows.append(
+                (
+                    f"{label}: requests/s ({best['conns']} conns{workers})",
+                    fmt(best["rps"]),
+                    target,
+                    verdict,
+                )
+            )
+            if key == "cycle":
+                rows.append(("2b task cycles/s (6 requests each)", fmt(best["rps"] / 6), "-", "-"))
+            rows.append(
+                (
+                    f"{label}: p50 / p99 at max rate",
+                    f"{fmt(best['p50_ms'], ' ms', 1)} / {fmt(best['p99_ms'], ' ms', 1)}",
+                    "-",
+                    f"non-200: {best['non200']}",
+                )
+            )
+            rows.append(
+                (
+                    f"{label}: p50 / p99 at half rate ({half['offered_rate']:.0f} req/s)",
+                    f"{fmt(half['p50_ms'], ' ms', 1)} / {fmt(half['p99_ms'], ' ms', 1)}",
+                    "p99 ≤ 25 ms" if key == "pair" else "-",
+                    (f"{met(half['p99_ms'] <= 25)}; " if key == "pair" else "")
+                    + f"per-request p99 {fmt(half['service_p99_ms'], ' ms', 1)}",
+                )
+            )
+    if "sweep" in res:
+        s = res["sweep"]
+        for key, label in (("none", "none"), ("with", f"{s['settled']:,}")):
+            r = s[key]
+            rows.append(
+                (
+                    f"3 sweep {s['count']:,} timeouts, {label} settled present",
+                    f"{fmt(r['seconds'], ' s', 1)} ({fmt(r['promises_per_s'])}/s)",
+                    "-",
+                    "-",
+                )
+            )
+        rows.append(
+            (
+                "3 sweep time ratio (with / none)",
+                f"{s['ratio']:.2f}",
+                "≤ 1.2",
+                met(s["ratio"] <= 1.2),
+            )
+        )
+    if "drain" in res:
+        for key, label in (("sse", "SSE stream"), ("push", "HTTP push (drain_push)")):
+            r = res["drain"][key]
+            note = met(r["per_s"] >= 5000)
+            if key == "sse":
+                note += f"; outbox empty after {fmt(r['table_empty_after_s'], ' s', 1)}"
+            else:
+                note += f"; {r['delivered']:,} delivered in {r['seconds']:.0f} s"
+            rows.append(
+                (f"4 drain to {label}: messages/s ({r['n']:,})", fmt(r["per_s"]), "≥ 5,000", note)
+            )
+    if "dispatch" in res:
+        d = res["dispatch"]
+        rows.append(
+            (
+                "5 dispatch latency p50",
+                fmt(d["dispatch_p50_ms"], " ms", 1),
+                "≤ 20 ms",
+                met(d["dispatch_p50_ms"] <= 20),
+            )
+        )
+        rows.append(
+            (
+                "5 dispatch latency p99",
+                fmt(d["dispatch_p99_ms"], " ms", 1),
+                "≤ 100 ms",
+                met(d["dispatch_p99_ms"] <= 100),
+            )
+        )
+    if "dispatch" in res and "from_request_p50_ms" in res["dispatch"]:
+        rows.append(
+            (
+                "5 dispatch from request sent: p50 / p99",
+                f"{fmt(res['dispatch']['from_request_p50_ms'], ' ms', 1)} / "
+                f"{fmt(res['dispatch']['from_request_p99_ms'], ' ms', 1)}",
+                "-",
+                f"read round trip p50 {fmt(res['dispatch']['read_rtt_p50_ms'], ' ms', 1)}",
+            )
+        )
+    return rows
+
+
+def print_table(rows: list[tuple[str, str, str, str]]) -> None:
+    head = ("metric", "value", "target", "ratio / met")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    line = "  ".join("-" * w for w in widths)
+    print(line)
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
+    print(line)
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+    print(line)
+
+
+def markdown(rows: list[tuple[str, str, str, str]]) -> str:
+    out = ["| metric | value | target | ratio / met |", "|---|---|---|---|"]
+    out += [f"| {' | '.join(r)} |" for r in rows]
+    return "\n".join(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--pg-url", default=os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432")
+    )
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    parser.add_argument("--quick", action="store_true", help="shorter runs, smaller counts")
+    parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument(
+        "--markdown", metavar="JSON", help="print a results file's table as Markdown"
+    )
+    args = parser.parse_args()
+    if args.markdown:
+        print(markdown(table(json.loads(Path(args.markdown).read_text()))))
+        return
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
+    for tool in ("pgbench", "wrk"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed (make bench installs it with apt-get)")
+    q = args.quick
+    started = time.perf_counter()
+    res: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "quick": q,
+    }
+    log(f"machine: {res['machine']}")
+    with bench_database(args.pg_url, args.keep_db) as db:
+        res["machine"]["postgresql"] = db.scalar("SHOW server_version")
+        if "ceiling" in only:
+            res["ceiling"] = ceiling(db, 2 if q else 4, [1, 2, 4, 8, 16])
+        if "http" in only:
+            res["http"] = http(db, 3 if q else 5, [8] if q else [4, 8, 16], 5 if q else 10)
+        if "dispatch" in only:
+            res["dispatch"] = dispatch(db, 100 if q else 300)
+        if "drain" in only:
+            n = 5_000 if q else 20_000
+            res["drain"] = {"sse": sse_drain(db, n, 60), "push": push_drain(db, n, 30)}
+            rates = {k: f"{v['per_s']:.0f}/s" for k, v in res["drain"].items()}
+            log(f"drain: {rates}")
+        if "sweep" in only:
+            count, settled = (20_000, 200_000) if q else (100_000, 1_000_000)
+            res["sweep"] = sweep(db, count, settled, 240)
+    res["seconds"] = time.perf_counter() - started
+    res["table"] = table(res)
+    print()
+    print_table(res["table"])
+    print(
+        f"total {res['seconds']:.0f} s; load average at start {res['machine']['loadavg_start']:.2f}"
+    )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(res, indent=2) + "\n")
+    print(f"wrote {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
