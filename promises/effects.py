@@ -39,13 +39,15 @@ def finish(fx: Effects, now: int, *, inline: bool) -> None:
     # Only external promises can carry callbacks and listeners (C2, C3): skip the queries for
     # the rest, which are most settlements (an SDK's ctx.run steps are internal).
     settled = [p for p in fx.settled if p.external]
+    if settled and not inline:
+        ids = [p.id for p in settled]
+        Callback.objects.filter(awaited_id__in=ids).update(ready=True)
+        Listener.objects.filter(awaited_id__in=ids).update(ready=True)
+    elif settled:
+        # One query each for the whole batch (a timeout sweep settles hundreds at once).
+        services.drain_listeners(settled, now)
+        services.drain_callbacks(settled, now, fx)
     if not inline:
-        for p in settled:
-            Callback.objects.filter(awaited=p).update(ready=True)
-            Listener.objects.filter(awaited=p).update(ready=True)
         return
-    for p in settled:
-        services.drain_listeners(p, now)
-        services.drain_callbacks(p, now, fx)
     for task, promise in fx.due:
         dispatch(task, promise, now)

@@ -146,34 +146,51 @@ def time_out(p: Promise, fx: Effects) -> None:
     settle(p, verdict, None, p.timeout_at, fx)
 
 
-def drain_listeners(p: Promise, now: int) -> int:
-    """R3 for every listener of a settled promise: one ``unblock`` each, then forget them."""
+def drain_listeners(settled: list[Promise], now: int) -> int:
+    """R3 for every listener of these settled promises: one ``unblock`` each, then forget them."""
     from outbox import enqueue
 
-    addresses = list(Listener.objects.filter(awaited=p).values_list("address", flat=True))
-    if not addresses:
+    rows = list(
+        Listener.objects.filter(awaited_id__in=[p.id for p in settled]).values_list(
+            "id", "awaited_id", "address"
+        )
+    )
+    if not rows:
         return 0
-    record = promise_record(p, now)
-    for address in addresses:
-        enqueue.unblock(record, address, now)
-    Listener.objects.filter(awaited=p).delete()
-    return len(addresses)
+    records = {p.id: promise_record(p, now) for p in settled}
+    for _, awaited_id, address in rows:
+        enqueue.unblock(records[awaited_id], address, now)
+    Listener.objects.filter(id__in=[row[0] for row in rows]).delete()
+    return len(rows)
 
 
-def drain_callbacks(p: Promise, now: int, fx: Effects) -> int:
-    """R4 for the callbacks of a settled promise whose awaiter can be locked without waiting.
+def drain_callbacks(settled: list[Promise], now: int, fx: Effects) -> int:
+    """R4 for the callbacks of these settled promises whose awaiter can be locked without waiting.
 
-    Waiting here could deadlock against a suspend that holds the awaiter and wants this promise,
-    so a busy awaiter is skipped; its callback is marked ready and the callback step resumes it.
+    Waiting here could deadlock against a suspend that holds the awaiter and wants the awaited
+    promise, so a busy awaiter is skipped; its callback is marked ready and the callback step
+    resumes it.
     """
-    awaiter_ids = list(Callback.objects.filter(awaited=p).values_list("awaiter_id", flat=True))
-    if not awaiter_ids:
+    rows = list(
+        Callback.objects.filter(awaited_id__in=[p.id for p in settled]).values_list(
+            "id", "awaited_id", "awaiter_id"
+        )
+    )
+    if not rows:
         return 0
-    resumed = resume_awaiters(p.id, awaiter_ids, now, fx)
-    Callback.objects.filter(awaited=p, awaiter_id__in=resumed).delete()
-    if len(resumed) < len(awaiter_ids):
-        Callback.objects.filter(awaited=p).update(ready=True)
-    return len(resumed)
+    by_awaited: dict[str, list[tuple[int, str]]] = {}
+    for row_id, awaited_id, awaiter_id in rows:
+        by_awaited.setdefault(awaited_id, []).append((row_id, awaiter_id))
+    done: list[int] = []
+    busy: list[int] = []
+    for awaited_id, entries in by_awaited.items():
+        resumed = set(resume_awaiters(awaited_id, [a for _, a in entries], now, fx))
+        for row_id, awaiter_id in entries:
+            (done if awaiter_id in resumed else busy).append(row_id)
+    Callback.objects.filter(id__in=done).delete()
+    if busy:
+        Callback.objects.filter(id__in=busy).update(ready=True)
+    return len(done)
 
 
 def resume_awaiters(awaited_id: str, awaiter_ids: list[str], now: int, fx: Effects) -> list[str]:
