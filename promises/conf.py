@@ -51,7 +51,7 @@ class ResonateSettings:
     PUSH_TIMEOUT_MS: int = 10_000
     PUSH_BACKOFF_BASE_MS: int = 500
     PUSH_BACKOFF_MAX_MS: int = 60_000
-    PUSH_CONCURRENCY: int = 16
+    PUSH_CONCURRENCY: int = 128
     PUSH_BEARER_TOKEN: str = ""
     # SSE: comment frames keep idle streams open through proxies.
     SSE_KEEPALIVE_MS: int = 15_000
