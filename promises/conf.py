@@ -65,6 +65,45 @@ class ResonateSettings:
     # Redis; otherwise wake-ups stay in-process (the embedded server) and the fallback polls.
     NOTIFY_URL: str = ""
 
+    # --- the trust boundary (README "Security") ---------------------------------------------------
+    # Authentication on POST /, /poll/ and /api/: "required" or "off". Unset ("") behaves as off
+    # but refuses to serve on a non-loopback address (RESONATE_AUTH=off is the explicit opt-out).
+    AUTH: str = ""
+    # JWT (compatible with the reference server): a PEM public key (text or a file path), and the
+    # issuer and audience to require when set. HS* and "none" are never accepted.
+    JWT_PUBLIC_KEY: str = ""
+    JWT_ISSUER: str = ""
+    JWT_AUDIENCE: str = ""
+    # Extra origins (comma-separated, e.g. "https://ops.example.com") whose browser pages may
+    # POST /; same-origin requests are always allowed.
+    ALLOWED_ORIGINS: str = ""
+    # HTTP push destinations (comma-separated hosts, *.wildcards, CIDRs) allowed although they are
+    # loopback, link-local, private or metadata addresses (refused by default).
+    PUSH_ALLOWED: str = ""
+    # Outbound credentials per destination host: JSON {"host": "header value"} sent as
+    # Authorization to that host only (settings.RESONATE may give a dict).
+    PUSH_CREDENTIALS: str = ""
+    # After this many failed attempts, or this long after it was written, a push message is
+    # dead-lettered: kept, listed, re-sendable, never dropped. 0 disables the bound.
+    PUSH_MAX_ATTEMPTS: int = 50
+    PUSH_MAX_AGE_MS: int = 7 * 24 * 3600 * 1000
+    # Bytes of a push response body read (for the error text) at most.
+    PUSH_MAX_RESPONSE_BYTES: int = 4096
+    # Requests in flight to one destination host at once (a slow host cannot take every slot).
+    PUSH_PER_HOST_CONCURRENCY: int = 16
+    # Hard limits; each breach is a 4xx naming the limit, and nothing is written.
+    MAX_JSON_DEPTH: int = 64
+    MAX_TAGS: int = 128
+    MAX_TAG_BYTES: int = 64 * 1024
+    MAX_DELAY_CHARS: int = 32
+    MAX_SEARCH_TAGS: int = 32
+    MAX_SEARCH_RESPONSE_BYTES: int = 8 * 1024 * 1024
+    MAX_LISTENERS_PER_PROMISE: int = 1000
+    # SSE: streams per web process (then 503), and how long a frame written to a stream stays
+    # claimed for it: if the stream closes within this window the frame is delivered again.
+    SSE_MAX_STREAMS: int = 1000
+    SSE_ACK_GRACE_MS: int = 15_000
+
 
 def _coerce(raw: str, like: Any) -> Any:
     if isinstance(like, bool):
