@@ -4,11 +4,18 @@ django-celery-beat stores intervals as whole numbers and drops ``expires`` when 
 ``beat_schedule``; so the two periodic tasks are installed here as ``PeriodicTask`` rows with a
 microsecond interval and ``expire_seconds`` (a late tick is dropped, not run late). Protocol
 schedules are never beat entries: they are rows swept by ``resonate.tick``.
+
+The project's ``CELERY_BEAT_SCHEDULER`` is :class:`MetronomeScheduler`, but an operator's
+``celery beat -S ...`` overrides it. So the rows are also installed when beat starts with any
+database scheduler (:func:`on_beat_init`, connected in ``resonate_project.celery``), and beat
+refuses to start with a scheduler that cannot read them: without the metronome no timer,
+timeout, retry or schedule would ever fire.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
@@ -45,3 +52,20 @@ class MetronomeScheduler(DatabaseScheduler):
     def setup_schedule(self) -> None:
         install_metronome()
         super().setup_schedule()
+
+
+def on_beat_init(service: Any) -> None:
+    """Beat has created its scheduler: make sure it will send the metronome's ticks."""
+    scheduler = service.scheduler
+    if isinstance(scheduler, MetronomeScheduler):
+        return
+    if isinstance(scheduler, DatabaseScheduler):
+        install_metronome()  # its change signal makes the running scheduler reload the rows
+        return
+    kind = f"{type(scheduler).__module__}:{type(scheduler).__name__}"
+    raise SystemExit(
+        f"django-resonate: celery beat was started with the scheduler {kind}, which never sends "
+        "resonate.tick, so no timer, timeout, retry or schedule would fire. Start beat without "
+        "-S (the project sets outbox.beat:MetronomeScheduler), or with "
+        "-S outbox.beat:MetronomeScheduler or -S django_celery_beat.schedulers:DatabaseScheduler."
+    )
