@@ -142,15 +142,15 @@ def sweep(limit: int, max_seconds: float) -> dict[str, Any]:
 
 def push(limit: int, max_seconds: float) -> dict[str, Any]:
     """Drain HTTP push messages until the outbox is empty, or ``max_seconds`` have passed (then
-    the rate is what was delivered so far): ``outbox.push.drain_push``'s own loop over
-    ``push_due``, with a time bound between rounds."""
-    from outbox.push import push_due
+    the rate is what was delivered so far): ``outbox.push.drain_push``, which stops claiming at
+    the time bound."""
+    from outbox.push import drain_push
 
     loaded = Message.objects.count()
     claimed = 0
     t0 = time.perf_counter()
-    while time.perf_counter() - t0 < max_seconds:
-        n = push_due(now_ms(), limit)
+    while (left_s := max_seconds - (time.perf_counter() - t0)) > 0:
+        n = drain_push(limit, max_seconds=left_s)
         claimed += n
         if n == 0:
             if not Message.objects.exists():

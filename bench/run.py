@@ -137,6 +137,7 @@ def env_for(db: Database, **extra: str) -> dict[str, str]:
         "RESONATE_NOTIFY_URL": "",
         "UVICORN_LOG_LEVEL": "warning",
         "PYTHONDONTWRITEBYTECODE": "1",
+        "RESONATE_PUSH_ALLOWED": "127.0.0.1",  # the push receiver listens on loopback
     }
     env.pop("RESONATE_DEBUG", None)
     env.update(extra)

@@ -1,6 +1,6 @@
 """The operator console for the outbox: what is still to be delivered, to where, how old, how
-often tried and why it failed; and re-send. See ``promises/admin.py`` for the rules every console
-page follows."""
+often tried and why it failed, which push messages were dead-lettered; and re-send (which revives
+a dead letter). See ``promises/admin.py`` for the rules every console page follows."""
 
 from __future__ import annotations
 
@@ -65,6 +65,22 @@ class FailingFilter(admin.SimpleListFilter):
         return queryset
 
 
+class DeadFilter(admin.SimpleListFilter):
+    title = "delivery"
+    parameter_name = "dead"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "dead letters"), ("no", "being delivered")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        match self.value():
+            case "yes":
+                return queryset.filter(dead_at__isnull=False)
+            case "no":
+                return queryset.filter(dead_at__isnull=True)
+        return queryset
+
+
 class DueFilter(admin.SimpleListFilter):
     title = "due"
     parameter_name = "due"
@@ -76,9 +92,9 @@ class DueFilter(admin.SimpleListFilter):
         now = request_now(request)
         match self.value():
             case "now":
-                return queryset.filter(next_attempt_at__lte=now)
+                return queryset.filter(next_attempt_at__lte=now, dead_at__isnull=True)
             case "later":
-                return queryset.filter(next_attempt_at__gt=now)
+                return queryset.filter(next_attempt_at__gt=now, dead_at__isnull=True)
         return queryset
 
 
@@ -94,7 +110,7 @@ class MessageAdmin(OperatorAdmin[Message]):
         "next_column",
         "error_column",
     )
-    list_filter = ("kind", TransportFilter, FailingFilter, DueFilter)
+    list_filter = ("kind", TransportFilter, DeadFilter, FailingFilter, DueFilter)
     search_fields = ("key",)
     search_help_text = "A key prefix (the task id for execute), or an address prefix."
     ordering = ("created_at", "key")
@@ -103,11 +119,20 @@ class MessageAdmin(OperatorAdmin[Message]):
         (None, {"fields": ("key", "kind", "address", "subject_view", "version")}),
         (
             "Delivery",
-            {"fields": ("created_view", "attempts", "next_view", "last_error", "revision")},
+            {
+                "fields": (
+                    "created_view",
+                    "attempts",
+                    "next_view",
+                    "dead_view",
+                    "last_error",
+                    "revision",
+                )
+            },
         ),
         ("As sent", {"fields": ("wire_view",)}),
     )
-    readonly_fields = ("subject_view", "created_view", "next_view", "wire_view")
+    readonly_fields = ("subject_view", "created_view", "next_view", "dead_view", "wire_view")
 
     def search_q(self, term: str) -> Q:
         return Q(key__startswith=term) | Q(address__startswith=term)
@@ -120,6 +145,8 @@ class MessageAdmin(OperatorAdmin[Message]):
 
     @admin.display(description="next attempt", ordering="next_attempt_at")
     def next_column(self, m: Message) -> SafeString | str:
+        if m.dead_at is not None:
+            return format_html("dead letter<br>{}", cell(m.dead_at, seen_at(m)))
         if m.next_attempt_at <= seen_at(m):
             return "due"
         return cell(m.next_attempt_at, seen_at(m))
@@ -150,6 +177,11 @@ class MessageAdmin(OperatorAdmin[Message]):
     def next_view(self, m: Message) -> SafeString | str:
         return when(m.next_attempt_at, seen_at(m))
 
+    @admin.display(description="dead-lettered")
+    def dead_view(self, m: Message) -> SafeString | str:
+        """No more attempts until re-sent (``PUSH_MAX_ATTEMPTS`` or ``PUSH_MAX_AGE_MS``)."""
+        return when(m.dead_at, seen_at(m))
+
     @admin.display(description="message")
     def wire_view(self, m: Message) -> SafeString:
         return pretty_json(wire(m))
@@ -163,8 +195,8 @@ class MessageAdmin(OperatorAdmin[Message]):
     def resend_messages(
         self, request: HttpRequest, queryset: QuerySet[Message]
     ) -> HttpResponse | None:
-        """Due now, attempts and error cleared; any claim in flight is fenced out. Delivery stays
-        at least once."""
+        """Due now, attempts and error cleared, a dead letter live again; any claim in flight is
+        fenced out. Delivery stays at least once."""
         rows = self.selected(queryset)
         if self.too_many(request, rows):
             return None
@@ -172,7 +204,8 @@ class MessageAdmin(OperatorAdmin[Message]):
         def act(m: Message, now: int, report: Report) -> None:
             res = resend(m.key, now)
             if res.ok:
-                report.changed(m, f"due now (was: {m.attempts} attempts)")
+                dead = ", dead letter" if m.dead_at is not None else ""
+                report.changed(m, f"due now (was: {m.attempts} attempts{dead})")
             else:
                 report.refusal(m, res)
 

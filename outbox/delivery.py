@@ -5,6 +5,11 @@ Delivery is at least once. A drainer *leases* due rows (``next_attempt_at`` move
 any transaction, then deletes each delivered row only if its ``revision`` is unchanged: a newer
 upsert that replaced the message in flight stays and is delivered in turn. A drainer that dies
 mid-delivery loses nothing: its lease lapses and the rows are claimed again.
+
+A push message that keeps failing is *dead-lettered* (``dead_at`` set) after ``PUSH_MAX_ATTEMPTS``
+attempts or ``PUSH_MAX_AGE_MS`` after it was written: kept, never claimed again, listed in the
+admin and the resource API, and due again when an operator re-sends it or a newer upsert of its
+key replaces it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, Q
 
+# The address grammar lives in promises.addresses; re-exported for the outbox and the tests.
+from promises.addresses import PUSH_Q, PollAddress, is_push, parse_poll  # noqa: F401
 from promises.conf import resonate_settings
 
 from .models import Message
@@ -29,6 +36,7 @@ class Claimed:
     address: str
     attempts: int
     body: bytes
+    created_at: int = 0
 
 
 def wire(m: Message) -> dict[str, Any]:
@@ -47,16 +55,33 @@ def encode(m: Message) -> bytes:
     return json.dumps(wire(m), sort_keys=True, separators=(",", ":")).encode()
 
 
-def claim(where: Q, now: int, limit: int) -> list[Claimed]:
-    """Lease up to ``limit`` due rows matching ``where`` (SKIP LOCKED: concurrent drainers never
-    take the same row). The claim bumps ``revision``, which fences the delivery: if the lease
-    lapses and another drainer claims the row, the first one's late ack or failure no longer
-    matches and changes nothing."""
-    lease = resonate_settings().IN_FLIGHT_MS
+def poll_route(address: str) -> str | None:
+    """What an SSE hub claims a message by (the ``poll_route`` column, written with the row): the
+    group of an anycast address (``poll://any@g``, ``poll://any@g/id``), ``g/id`` of a unicast one
+    (``poll://uni@g/id``), None for any other address. A stream ``(g, id)`` takes the routes
+    ``stream_routes(g, id)``; a group never contains ``/``, so the two kinds never collide."""
+    poll = parse_poll(address)
+    if poll is None:
+        return None
+    return poll.group if poll.mode == "any" else f"{poll.group}/{poll.id}"
+
+
+def stream_routes(group: str, stream_id: str) -> tuple[str, str]:
+    """The routes of the messages a stream ``(group, stream_id)`` may take."""
+    return group, f"{group}/{stream_id}"
+
+
+def claim(where: Q, now: int, limit: int, lease: int | None = None) -> list[Claimed]:
+    """Lease up to ``limit`` due rows matching ``where`` for ``lease`` ms (``IN_FLIGHT_MS`` by
+    default; SKIP LOCKED: concurrent drainers never take the same row). The claim bumps
+    ``revision``, which fences the delivery: if the lease lapses and another drainer claims the
+    row, the first one's late ack or failure no longer matches and changes nothing."""
+    if lease is None:
+        lease = resonate_settings().IN_FLIGHT_MS
     with transaction.atomic():
         rows = list(
             Message.objects.select_for_update(skip_locked=True)
-            .filter(where, next_attempt_at__lte=now)
+            .filter(where, next_attempt_at__lte=now, dead_at__isnull=True)
             .order_by("next_attempt_at")[:limit]
         )
         if not rows:
@@ -65,7 +90,8 @@ def claim(where: Q, now: int, limit: int) -> list[Claimed]:
             next_attempt_at=now + lease, attempts=F("attempts") + 1, revision=F("revision") + 1
         )
     return [
-        Claimed(m.key, m.revision + 1, m.kind, m.address, m.attempts + 1, encode(m)) for m in rows
+        Claimed(m.key, m.revision + 1, m.kind, m.address, m.attempts + 1, encode(m), m.created_at)
+        for m in rows
     ]
 
 
@@ -105,46 +131,34 @@ def release(items: list[Claimed], now: int) -> None:
         )
 
 
+def defer(keys: list[str], now: int, until: int) -> int:
+    """Not claimed, not tried: make these due rows due at ``until`` instead (a push destination
+    that could not be reached). A row claimed meanwhile is no longer due and is left alone."""
+    return Message.objects.filter(
+        key__in=keys, next_attempt_at__lte=now, dead_at__isnull=True
+    ).update(next_attempt_at=until)
+
+
 def backoff_ms(attempts: int) -> int:
     conf = resonate_settings()
     return min(conf.PUSH_BACKOFF_BASE_MS * 2 ** max(attempts - 1, 0), conf.PUSH_BACKOFF_MAX_MS)
 
 
-def fail(item: Claimed, now: int, error: str) -> None:
-    """A delivery attempt failed: try again after a bounded exponential backoff. Never dropped."""
+def fail(item: Claimed, now: int, error: str) -> bool:
+    """A delivery attempt failed: try again after a bounded exponential backoff, or dead-letter
+    the message once it has had ``PUSH_MAX_ATTEMPTS`` attempts or is ``PUSH_MAX_AGE_MS`` old
+    (its last attempt is moved up to that age). Never dropped. True if it was dead-lettered."""
+    conf = resonate_settings()
+    deadline = item.created_at + conf.PUSH_MAX_AGE_MS if conf.PUSH_MAX_AGE_MS > 0 else None
+    spent = 0 < conf.PUSH_MAX_ATTEMPTS <= item.attempts
+    dead = spent or (deadline is not None and now >= deadline)
+    retry_at = now + backoff_ms(item.attempts)
+    if deadline is not None:
+        retry_at = min(retry_at, deadline)
     Message.objects.filter(key=item.key, revision=item.revision).update(
-        next_attempt_at=now + backoff_ms(item.attempts),
+        next_attempt_at=now if dead else retry_at,
+        dead_at=now if dead else None,
         last_error=error[:2000],
         revision=F("revision") + 1,
     )
-
-
-# --- addresses ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PollAddress:
-    mode: str  # "uni" or "any"
-    group: str
-    id: str | None
-
-
-def parse_poll(address: str) -> PollAddress | None:
-    """``poll://uni@{group}/{id}``, ``poll://any@{group}`` or ``poll://any@{group}/{id}``;
-    case-sensitive (no URL parser lowercases the group)."""
-    if not address.startswith("poll://"):
-        return None
-    mode, sep, rest = address[len("poll://") :].partition("@")
-    if not sep or mode not in ("uni", "any") or not rest:
-        return None
-    group, slash, stream_id = rest.partition("/")
-    if not group or (mode == "uni" and not stream_id):
-        return None
-    return PollAddress(mode, group, stream_id if slash and stream_id else None)
-
-
-def is_push(address: str) -> bool:
-    return address.startswith(("http://", "https://"))
-
-
-PUSH_Q = Q(address__startswith="http://") | Q(address__startswith="https://")
+    return dead

@@ -2,7 +2,8 @@
 
 ``execute`` is keyed by task id, so a newer execute replaces an undelivered older one (the later
 version wins); ``unblock`` by ``<promise id>:notify:<address>``. Each upsert bumps ``revision`` and
-resets the delivery bookkeeping, and asks for a drain once the transaction commits.
+resets the delivery bookkeeping (a dead letter replaced this way is live again), and asks for a
+drain once the transaction commits.
 """
 
 from __future__ import annotations
@@ -13,19 +14,19 @@ from typing import Any
 from django.db import connection
 
 from . import notify
-from .delivery import is_push
+from .delivery import is_push, poll_route
 from .models import Message
 
 _TABLE = Message._meta.db_table
 _SQL = """
 INSERT INTO {table} (key, kind, address, task_id, version, promise, created_at, revision,
-                     attempts, next_attempt_at, last_error)
-VALUES (%s, %s, %s, %s, %s, {json}, %s, 1, 0, %s, '')
+                     attempts, next_attempt_at, last_error, poll_route)
+VALUES (%s, %s, %s, %s, %s, {json}, %s, 1, 0, %s, '', %s)
 ON CONFLICT (key) DO UPDATE SET
     kind = excluded.kind, address = excluded.address, task_id = excluded.task_id,
     version = excluded.version, promise = excluded.promise, created_at = excluded.created_at,
     revision = {table}.revision + 1, attempts = 0, next_attempt_at = excluded.next_attempt_at,
-    last_error = ''
+    last_error = '', poll_route = excluded.poll_route, dead_at = NULL
 """
 
 
@@ -45,7 +46,8 @@ def _upsert(
 ) -> None:
     payload = None if promise is None else json.dumps(promise, separators=(",", ":"))
     with connection.cursor() as cursor:
-        cursor.execute(_sql(), [key, kind, address, task_id, version, payload, now, now])
+        route = poll_route(address)
+        cursor.execute(_sql(), [key, kind, address, task_id, version, payload, now, now, route])
     notify.after_commit(push=is_push(address))
 
 

@@ -1,96 +1,235 @@
 """The SSE hub of one web process: its connected streams, and the thread that delivers their
 ``poll://`` messages.
 
-The hub thread leases the rows addressed to streams this process holds (``delivery.claim``),
-routes each to a stream's queue on the event loop, and deletes a row only after its frame was
-handed to the server (the stream acknowledges after the ``yield``). A message whose stream is not
-connected anywhere stays in the outbox until one connects; a stream that goes away releases what
-it had not sent.
+A stream costs a coroutine (``Stream.frames``) and a queue; the hub thread is one per process.
+It leases the rows addressed to the streams this process holds, by their ``poll_route`` column
+(``delivery.poll_route``: one ``IN`` list per chunk of routes, so ten thousand connected groups
+are a few index probes, not an expression per group), and hands each to a stream's queue on the
+event loop. One stream per ``(group, id)``: a second connection with the same pair *replaces*
+the first, which ends its response and hands everything it had not confirmed to the new one.
+At most ``SSE_MAX_STREAMS`` streams per process; beyond that ``GET /poll/`` answers 503.
+
+What "delivered" means (at least once, within what the server can observe):
+
+- A frame written to stream S at time ``t`` stays leased to S ("sent to S"), not deleted. The
+  lease taken at claim time is ``IN_FLIGHT_MS + SSE_ACK_GRACE_MS`` long, so no other drainer
+  takes the row while S's window runs.
+- The row is deleted once a later write to S that *started* at ``t + SSE_ACK_GRACE_MS`` or after
+  returned (S writes a ``: keepalive`` comment as soon as the oldest unconfirmed frame's window
+  has run, so the deletion follows the window promptly; with a window of 0 a frame is confirmed
+  by its own write). Deleting is fenced by ``revision``: a row replaced meanwhile (a newer
+  upsert) stays and is delivered in turn.
+- If S ends first (the client went away, the server noticed, a replacement took over, the server
+  shut down), every frame S wrote within its window and every message queued for S is released
+  (due again at once, and for a replacement handed straight to the new stream) and delivered
+  again: to the same ``(group, id)`` when it reconnects for ``poll://uni@`` messages, to the
+  routing's choice for anycast.
+- If the whole process dies, its leases lapse (at most ``IN_FLIGHT_MS + SSE_ACK_GRACE_MS`` after
+  the claim) and any hub holding a matching stream claims the rows again.
+
+So a message is lost only if its worker dies later than ``SSE_ACK_GRACE_MS`` after the frame was
+written without having processed it (e.g. frozen that long, with the frame in its socket buffer),
+or if the connection dies without the server noticing within that window (no FIN/RST reaches
+it, e.g. a host that vanished: the server learns only when TCP gives up). Duplicates happen and
+are tolerated by the SDKs: a worker that got a frame but died within the window, or one whose
+stream was replaced, gets it again, and so may a frame written more than ``IN_FLIGHT_MS`` after
+its claim (a stream slow to drain), whose lease can lapse first. A ``(group, id)`` connected to
+two web processes at once is two streams (replacement is per process); each takes what its hub
+claims.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import socket
 import threading
 import uuid
+import weakref
+from collections import deque
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
-from functools import reduce
-from operator import or_
 
 from django.db import close_old_connections
 from django.db.models import Q
 
+from promises.addresses import parse_poll
 from promises.clock import now_ms
 from promises.conf import resonate_settings
 
 from . import delivery, notify
-from .delivery import Claimed, parse_poll
+from .delivery import Claimed, stream_routes
 from .models import Subscriber
 
 log = logging.getLogger("resonate.hub")
 
 PROCESS = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
+# Routes per claim statement: one IN list over an indexed column. Ten thousand one-stream groups
+# are 20,000 routes, i.e. 10 statements per look at the outbox.
+ROUTE_CHUNK = 2000
+
+KEEPALIVE = b": keepalive\n\n"
+
+Key = tuple[str, str]
+
 
 @dataclass(eq=False)
 class Stream:
+    """One ``GET /poll/{group}/{id}`` connection. Lives on its event loop; the hub thread reaches
+    it only through ``loop.call_soon_threadsafe``."""
+
+    hub: Hub
     group: str
     id: str
     loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[Claimed] = field(default_factory=asyncio.Queue)
-    sending: Claimed | None = None
+    # Messages routed here and not yet written; None wakes ``frames`` to end.
+    queue: asyncio.Queue[Claimed | None] = field(default_factory=asyncio.Queue)
+    # Written and not yet confirmed, oldest first: (when the write started, the message).
+    unconfirmed: deque[tuple[int, Claimed]] = field(default_factory=deque)
+    closed: bool = False
+
+    def offer(self, item: Claimed) -> None:
+        if self.closed:
+            self.hub.release_later([item])
+        else:
+            self.queue.put_nowait(item)
+
+    def close(self) -> list[Claimed]:
+        """End the stream; returns what it holds unconfirmed (written within the window, or
+        queued). Idempotent: a second call returns nothing."""
+        if self.closed:
+            return []
+        self.closed = True
+        held = [item for _, item in self.unconfirmed]
+        self.unconfirmed.clear()
+        while not self.queue.empty():
+            item = self.queue.get_nowait()
+            if item is not None:
+                held.append(item)
+        self.queue.put_nowait(None)
+        return held
+
+    def body(self) -> AsyncGenerator[bytes]:
+        """The response body (``frames``). A body dropped before it ran (the client left while
+        the response was being prepared) never reaches its ``finally``: the stream is then
+        disconnected when the body is garbage-collected."""
+        frames = self.frames()
+        weakref.finalize(frames, _disconnect_soon, self)
+        return frames
+
+    async def _next(self, timeout: float) -> Claimed | None:
+        """The next queued message, or None after ``timeout`` seconds or when closed."""
+        if not self.queue.empty():
+            return self.queue.get_nowait()
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    async def frames(self) -> AsyncGenerator[bytes]:
+        """The response body: frames, keepalives, and the confirmations described above."""
+        conf = resonate_settings()
+        keepalive, grace = conf.SSE_KEEPALIVE_MS, conf.SSE_ACK_GRACE_MS
+        clock = self.hub.clock
+        try:
+            last_write = clock()
+            yield b": connected\n\n"
+            while not self.closed:
+                wake_at = last_write + keepalive
+                if self.unconfirmed:
+                    wake_at = min(wake_at, self.unconfirmed[0][0] + grace)
+                item = await self._next(max(wake_at - clock(), 0) / 1000)
+                if self.closed:
+                    break
+                started = clock()
+                if item is None:
+                    yield KEEPALIVE
+                else:
+                    self.unconfirmed.append((started, item))
+                    yield b"data: " + item.body + b"\n\n"
+                last_write = started
+                if self.closed:  # replaced while writing: the new stream has everything
+                    break
+                confirmed = []
+                while self.unconfirmed and self.unconfirmed[0][0] + grace <= started:
+                    confirmed.append(self.unconfirmed.popleft()[1])
+                if confirmed:
+                    self.hub.ack(confirmed)
+        finally:
+            self.hub.disconnect(self)
 
 
 class Hub:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], int] = now_ms, autostart: bool = True) -> None:
+        self.clock = clock
+        self._autostart = autostart
         self._lock = threading.Lock()
-        self._streams: dict[tuple[str, str], list[Stream]] = {}
+        self._streams: dict[Key, Stream] = {}
         self._acks: list[Claimed] = []
         self._releases: list[Claimed] = []
-        self._gone: set[tuple[str, str]] = set()
-        self._new: set[tuple[str, str]] = set()
+        self._gone: set[Key] = set()
+        self._new: set[Key] = set()
+        self._changes = 0  # bumped whenever _streams changes; the hub thread caches its routes
+        self._routes: tuple[int, list[str], dict[str, list[Stream]]] = (-1, [], {})
         self._refreshed_at = 0
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     # --- event-loop side (no database access here) ---------------------------------------------
 
-    def connect(self, group: str, stream_id: str) -> Stream:
-        stream = Stream(group, stream_id, asyncio.get_running_loop())
+    def connect(self, group: str, stream_id: str) -> Stream | None:
+        """A new stream for ``(group, stream_id)``, replacing one already here; None when the
+        process holds ``SSE_MAX_STREAMS`` streams."""
+        key = (group, stream_id)
+        stream = Stream(self, group, stream_id, asyncio.get_running_loop())
         with self._lock:
-            self._streams.setdefault((group, stream_id), []).append(stream)
-            self._gone.discard((group, stream_id))
-            self._new.add((group, stream_id))
-            self._start()
+            old = self._streams.get(key)
+            if old is None and len(self._streams) >= resonate_settings().SSE_MAX_STREAMS:
+                return None
+            self._streams[key] = stream
+            self._changes += 1
+            if old is None:
+                self._gone.discard(key)
+                self._new.add(key)
+            if self._autostart:
+                self._start()
+        if old is not None:
+            old.loop.call_soon_threadsafe(_hand_over, old, stream)
         self._wake.set()
         return stream
 
     def disconnect(self, stream: Stream) -> None:
-        unsent = [stream.sending] if stream.sending is not None else []
-        while not stream.queue.empty():
-            unsent.append(stream.queue.get_nowait())
+        held = stream.close()
         key = (stream.group, stream.id)
         with self._lock:
-            streams = self._streams.get(key, [])
-            if stream in streams:
-                streams.remove(stream)
-            if not streams:
-                self._streams.pop(key, None)
+            if self._streams.get(key) is stream:
+                del self._streams[key]
+                self._changes += 1
+                self._new.discard(key)
                 self._gone.add(key)
-            self._releases.extend(unsent)
+            self._releases.extend(held)
         self._wake.set()
 
-    def ack(self, item: Claimed) -> None:
+    def ack(self, items: list[Claimed]) -> None:
         with self._lock:
-            self._acks.append(item)
+            self._acks.extend(items)
+        self._wake.set()
+
+    def release_later(self, items: list[Claimed]) -> None:
+        with self._lock:
+            self._releases.extend(items)
         self._wake.set()
 
     def wake(self, push: bool = False) -> None:
         self._wake.set()
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._streams)
 
     # --- hub thread ------------------------------------------------------------------------------
 
@@ -102,17 +241,20 @@ class Hub:
             self._thread.start()
 
     def _run(self) -> None:
-        conf = resonate_settings()
         while True:
-            self._wake.wait(conf.POLL_FALLBACK_MS / 1000)
+            self._wake.wait(resonate_settings().POLL_FALLBACK_MS / 1000)
             self._wake.clear()
             try:
                 close_old_connections()
-                self._flush()
-                self._deliver()
+                self.run_once()
             except Exception:
                 log.exception("SSE delivery failed; retrying")
                 self._wake.wait(0.5)
+
+    def run_once(self) -> None:
+        """Settle what the streams reported, then deliver what is due for them."""
+        self._flush()
+        self._deliver()
 
     def _flush(self) -> None:
         with self._lock:
@@ -121,7 +263,7 @@ class Hub:
             gone, self._gone = self._gone, set()
             new, self._new = self._new, set()
         delivery.ack(acks)
-        now = now_ms()
+        now = self.clock()
         delivery.release(releases, now)
         for group, stream_id in gone:
             Subscriber.objects.filter(group=group, stream_id=stream_id, process=PROCESS).delete()
@@ -130,59 +272,87 @@ class Hub:
         if now - self._refreshed_at >= resonate_settings().POLL_FALLBACK_MS:
             self._refreshed_at = now
             Subscriber.objects.filter(process=PROCESS).update(seen_at=now)
-        for group, stream_id in new:
-            Subscriber.objects.update_or_create(
-                group=group, stream_id=stream_id, process=PROCESS, defaults={"seen_at": now}
+        if new:
+            Subscriber.objects.bulk_create(
+                [Subscriber(group=g, stream_id=i, process=PROCESS, seen_at=now) for g, i in new],
+                update_conflicts=True,
+                unique_fields=["group", "stream_id", "process"],
+                update_fields=["seen_at"],
             )
 
-    def _snapshot(self) -> dict[tuple[str, str], list[Stream]]:
+    def _held(self) -> tuple[dict[Key, Stream], list[str], dict[str, list[Stream]]]:
+        """The streams, their routes (sorted) and the streams of each group."""
         with self._lock:
-            return {key: list(streams) for key, streams in self._streams.items() if streams}
+            streams = dict(self._streams)
+            changes = self._changes
+        if self._routes[0] != changes:
+            routes: set[str] = set()
+            by_group: dict[str, list[Stream]] = {}
+            for (group, stream_id), stream in streams.items():
+                routes.update(stream_routes(group, stream_id))
+                by_group.setdefault(group, []).append(stream)
+            self._routes = (changes, sorted(routes), by_group)
+        return streams, self._routes[1], self._routes[2]
 
     def _deliver(self) -> None:
-        batch = resonate_settings().DRAIN_BATCH
-        while True:
-            snapshot = self._snapshot()
-            if not snapshot:
-                return
-            items = delivery.claim(_addresses(snapshot), now_ms(), batch)
-            unroutable = []
-            for item in items:
-                stream = self._route(item, snapshot)
-                if stream is None:
-                    unroutable.append(item)
-                else:
-                    stream.loop.call_soon_threadsafe(stream.queue.put_nowait, item)
-            delivery.release(unroutable, now_ms())
-            if len(items) < batch:
-                return
-
-    def _route(self, item: Claimed, snapshot: dict[tuple[str, str], list[Stream]]) -> Stream | None:
-        address = parse_poll(item.address)
-        if address is None:
-            return None
-        if address.id is not None and (address.group, address.id) in snapshot:
-            return random.choice(snapshot[(address.group, address.id)])
-        if address.mode == "uni":
-            return None
-        if address.id is not None and _connected_elsewhere(address.group, address.id):
-            return None
-        group = [s for (g, _), streams in snapshot.items() if g == address.group for s in streams]
-        return random.choice(group) if group else None
+        conf = resonate_settings()
+        batch = conf.DRAIN_BATCH
+        lease = conf.IN_FLIGHT_MS + conf.SSE_ACK_GRACE_MS
+        streams, routes, by_group = self._held()
+        for i in range(0, len(routes), ROUTE_CHUNK):
+            where = Q(poll_route__in=routes[i : i + ROUTE_CHUNK])
+            while True:
+                items = delivery.claim(where, self.clock(), batch, lease=lease)
+                unroutable = []
+                for item in items:
+                    stream = _route(item, streams, by_group, self.clock())
+                    if stream is None or not _hand(stream, item):
+                        unroutable.append(item)
+                delivery.release(unroutable, self.clock())
+                if len(items) < batch:
+                    break
 
 
-def _addresses(snapshot: dict[tuple[str, str], list[Stream]]) -> Q:
-    exact: set[str] = set()
-    groups: set[str] = set()
-    for group, stream_id in snapshot:
-        exact |= {f"poll://uni@{group}/{stream_id}", f"poll://any@{group}"}
-        groups.add(group)
-    anycast = [Q(address__startswith=f"poll://any@{group}/") for group in sorted(groups)]
-    return reduce(or_, anycast, Q(address__in=sorted(exact)))
+def _hand_over(old: Stream, new: Stream) -> None:
+    """On ``old``'s loop: end it, and give the new stream everything it had not confirmed."""
+    for item in old.close():
+        if not _hand(new, item):
+            new.hub.release_later([item])
 
 
-def _connected_elsewhere(group: str, stream_id: str) -> bool:
-    fresh = now_ms() - 3 * max(resonate_settings().POLL_FALLBACK_MS, 1000)
+def _disconnect_soon(stream: Stream) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: the server is exiting
+        stream.loop.call_soon_threadsafe(stream.hub.disconnect, stream)
+
+
+def _hand(stream: Stream, item: Claimed) -> bool:
+    try:
+        stream.loop.call_soon_threadsafe(stream.offer, item)
+    except RuntimeError:  # the loop is closed: the server is shutting down
+        return False
+    return True
+
+
+def _route(
+    item: Claimed, streams: dict[Key, Stream], by_group: dict[str, list[Stream]], now: int
+) -> Stream | None:
+    address = parse_poll(item.address)
+    if address is None:
+        return None
+    if address.id is not None:
+        stream = streams.get((address.group, address.id))
+        if stream is not None:
+            return stream
+    if address.mode == "uni":
+        return None
+    if address.id is not None and _connected_elsewhere(address.group, address.id, now):
+        return None
+    group = by_group.get(address.group)
+    return random.choice(group) if group else None
+
+
+def _connected_elsewhere(group: str, stream_id: str, now: int) -> bool:
+    fresh = now - 3 * max(resonate_settings().POLL_FALLBACK_MS, 1000)
     return (
         Subscriber.objects.filter(group=group, stream_id=stream_id, seen_at__gte=fresh)
         .exclude(process=PROCESS)

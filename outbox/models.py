@@ -26,9 +26,33 @@ class Message(models.Model):
     attempts = models.IntegerField(default=0)
     next_attempt_at = models.BigIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
+    poll_route = models.TextField(
+        null=True,
+        blank=True,
+        help_text="poll:// messages: what the SSE hub claims them by (delivery.poll_route)",
+    )
+    dead_at = models.BigIntegerField(
+        null=True, blank=True, help_text="ms: when it was dead-lettered (no more attempts)"
+    )
 
     class Meta:
-        indexes = [models.Index(fields=["next_attempt_at"], name="outbox_due")]
+        indexes = [
+            # Claims read only live rows in due order; dead letters are listed on their own.
+            models.Index(
+                fields=["next_attempt_at"],
+                name="outbox_due",
+                condition=models.Q(dead_at__isnull=True),
+            ),
+            models.Index(
+                fields=["dead_at"], name="outbox_dead", condition=models.Q(dead_at__isnull=False)
+            ),
+            # The SSE hub claims by route, one IN list per chunk of the routes it holds.
+            models.Index(
+                fields=["poll_route", "next_attempt_at"],
+                name="outbox_poll_due",
+                condition=models.Q(poll_route__isnull=False),
+            ),
+        ]
         permissions = [("act_on_message", "Can re-send outbox messages from the admin")]
 
     def __str__(self) -> str:

@@ -1,29 +1,94 @@
-"""HTTP push: POST each message for an ``http://``/``https://`` address as JSON.
+"""HTTP push: POST each message for an ``http://``/``https://`` address as JSON, only where the
+push policy lets it go (README "Delivery").
 
 Requests go out on one asyncio event loop per process (a daemon thread) through one aiohttp
-session per configuration, so a round of ``PUSH_CONCURRENCY`` messages is in flight at once over
-kept-alive connections. (Measured here: aiohttp sends ~8,800 requests/s from one core where a
-thread pool of httpx clients managed ~1,100.)
+session per configuration, over kept-alive connections. (Measured here: aiohttp sends ~8,800
+requests/s from one core where a thread pool of httpx clients managed ~1,100.)
+
+What a request may do:
+
+- **Where.** The address is checked as written (``promises.addresses.push_refusal``: its form
+  and IP literals), then the session's resolver checks every IP a host name resolves to and
+  fails the lookup if any is refused. aiohttp connects only to the IPs the resolver returned,
+  so there is no second lookup to rebind; the Host header and TLS server name stay those of the
+  URL. A refusal is a failed attempt whose error says why.
+- **No redirects.** A 3xx is a failed attempt recording its status and ``Location``.
+- **Credentials** (``PUSH_CREDENTIALS``) go as ``Authorization`` to their own host only.
+- **Bodies** are read up to ``PUSH_MAX_RESPONSE_BYTES`` (and never decompressed); the
+  connection is then dropped.
+
+Isolation. A drain keeps up to ``PUSH_CONCURRENCY`` requests in flight and settles each as it
+completes, refilling free slots from the outbox; a round never waits for its slowest request.
+It looks ``LOOKAHEAD`` times as far into the due messages as it has slots, and takes only those
+whose destination (scheme, host and port) has fewer than ``PUSH_PER_HOST_CONCURRENCY`` requests
+in flight, leaving the others where they are. A destination that could not be reached (no
+answer within ``PUSH_TIMEOUT_MS``, connection refused, refused by the policy) *cools*: its other
+due messages are put back, untried, until the failed one's own retry, so its backlog neither
+holds the front of the queue nor is sent into a dead host.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import logging
+import socket
 import threading
+import time
+from collections import Counter, defaultdict
 from collections.abc import Coroutine
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from ipaddress import ip_address
 from typing import Any, TypeVar
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import ThreadedResolver
+from django.db.models import Q
+from yarl import URL
 
+from promises import addresses
+from promises.addresses import PUSH_Q, Allowlist
 from promises.clock import now_ms
-from promises.conf import resonate_settings
+from promises.conf import ResonateSettings, resonate_settings
 
 from . import delivery
 from .delivery import Claimed
+from .models import Message
 
 log = logging.getLogger("resonate.push")
 T = TypeVar("T")
+
+# How long a drain with free slots waits for more requests to finish before it claims again
+# (one indexed claim query per interval while requests are in flight).
+REFILL_S = 0.05
+
+
+class Refused(OSError):
+    """A destination the push policy refuses; raised by the resolver, so nothing connects."""
+
+
+class _CheckedResolver(AbstractResolver):
+    """Resolves once with getaddrinfo and refuses the host if any of its IPs is refused."""
+
+    def __init__(self, allowed: Allowlist) -> None:
+        self._inner = ThreadedResolver()
+        self._allowed = allowed
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        for result in results:
+            reason = addresses.resolved_refusal(host, ip_address(result["host"]), self._allowed)
+            if reason is not None:
+                raise Refused(reason)
+        return results
+
+    async def close(self) -> None:
+        await self._inner.close()
 
 
 class _Sender:
@@ -31,24 +96,34 @@ class _Sender:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.sessions: dict[tuple[str, int, int], aiohttp.ClientSession] = {}
+        self.sessions: dict[tuple[int, int, str], aiohttp.ClientSession] = {}
         threading.Thread(target=self.loop.run_forever, name="resonate-push-io", daemon=True).start()
+        atexit.register(self.close)
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+    def close(self) -> None:
+        """Close the sessions (at exit), so no connection is left for the collector to warn of."""
 
-    def session(self) -> aiohttp.ClientSession:
-        conf = resonate_settings()
-        key = (conf.PUSH_BEARER_TOKEN, conf.PUSH_TIMEOUT_MS, conf.PUSH_CONCURRENCY)
+        async def close_all() -> None:
+            for session in list(self.sessions.values()):
+                await session.close()
+
+        with contextlib.suppress(Exception):
+            self.submit(close_all()).result(timeout=5)
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def session(self, conf: ResonateSettings) -> aiohttp.ClientSession:
+        """On the loop. One per (timeout, concurrency, allowlist): the resolver holds the list."""
+        key = (conf.PUSH_TIMEOUT_MS, conf.PUSH_CONCURRENCY, conf.PUSH_ALLOWED)
         session = self.sessions.get(key)
         if session is None:
-            headers = {"Content-Type": "application/json"}
-            if conf.PUSH_BEARER_TOKEN:
-                headers["Authorization"] = f"Bearer {conf.PUSH_BEARER_TOKEN}"
+            resolver = _CheckedResolver(addresses.parse_allowed(conf.PUSH_ALLOWED))
             session = self.sessions[key] = aiohttp.ClientSession(
-                headers=headers,
+                headers={"Content-Type": "application/json"},
                 timeout=aiohttp.ClientTimeout(total=conf.PUSH_TIMEOUT_MS / 1000),
-                connector=aiohttp.TCPConnector(limit=conf.PUSH_CONCURRENCY),
+                connector=aiohttp.TCPConnector(limit=conf.PUSH_CONCURRENCY, resolver=resolver),
+                auto_decompress=False,
             )
         return session
 
@@ -65,51 +140,191 @@ def _get_sender() -> _Sender:
         return _sender
 
 
-async def _post(session: aiohttp.ClientSession, item: Claimed) -> str | None:
-    """None when delivered (any 2xx), else what went wrong."""
+async def _read_at_most(res: aiohttp.ClientResponse, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await res.content.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if not res.content.at_eof():
+        res.close()  # the rest is never read: drop the connection rather than drain it
+    return b"".join(chunks)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    error: str | None  # None: delivered (a 2xx)
+    reached: bool = True  # False: no answer (refused, unreachable, hung up, timed out)
+
+
+async def _post(sender: _Sender, conf: ResonateSettings, item: Claimed) -> Outcome:
+    allowed = addresses.parse_allowed(conf.PUSH_ALLOWED)
+    refusal = addresses.push_refusal(item.address, allowed, names=False)
     try:
-        async with session.post(item.address, data=item.body) as res:
-            text = await res.text(errors="replace")
+        url = URL(item.address)
+    except ValueError as exc:
+        return Outcome(f"refused: address {item.address} is not a valid URL ({exc})", False)
+    # The host as aiohttp sees it: an IP literal never reaches the resolver, a name does.
+    refusal = refusal or addresses.host_refusal(url.raw_host or "", allowed, names=False)
+    if refusal is not None:
+        return Outcome(f"refused: address {item.address} {refusal}", False)
+    headers = {}
+    credential = addresses.credential_for(
+        addresses.parse_credentials(conf.PUSH_CREDENTIALS), url.raw_host or "", url.explicit_port
+    )
+    if credential is not None:
+        headers["Authorization"] = credential
+    try:
+        async with sender.session(conf).post(
+            url, data=item.body, headers=headers, allow_redirects=False
+        ) as res:
+            body = await _read_at_most(res, conf.PUSH_MAX_RESPONSE_BYTES)
             if 200 <= res.status < 300:
-                return None
-            return f"HTTP {res.status}: {text[:200]}"
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        return f"{type(exc).__name__}: {exc}"
+                return Outcome(None)
+            if 300 <= res.status < 400:
+                location = res.headers.get("Location", "")[:200]
+                return Outcome(f"HTTP {res.status}: redirect not followed (Location: {location})")
+            return Outcome(f"HTTP {res.status}: {body[:200].decode(errors='replace')}")
+    except TimeoutError:
+        return Outcome(f"TimeoutError: no answer within {conf.PUSH_TIMEOUT_MS} ms", False)
+    except aiohttp.ClientConnectorError as exc:
+        if isinstance(exc.os_error, Refused):
+            return Outcome(f"refused: address {item.address}: {exc.os_error}", False)
+        return Outcome(f"{type(exc).__name__}: {exc}", False)
+    except aiohttp.ClientConnectionError as exc:  # e.g. the server hung up without answering
+        return Outcome(f"{type(exc).__name__}: {exc}", False)
+    except (aiohttp.ClientError, ValueError) as exc:
+        return Outcome(f"{type(exc).__name__}: {exc}")
 
 
-async def _post_all(sender: _Sender, items: list[Claimed]) -> list[str | None]:
-    session = sender.session()
-    return list(await asyncio.gather(*(_post(session, item) for item in items)))
+def destination(address: str) -> str:
+    """The ``scheme://host:port`` part of a push address, case-folded: what the per-destination
+    limit and cooling count by."""
+    scheme, _, rest = address.partition("://")
+    ends = [i for i in (rest.find(c) for c in "/?#") if i >= 0]
+    return f"{scheme}://{rest[: min(ends, default=len(rest))]}".lower()
 
 
-def push_due(now: int, limit: int) -> int:
-    """Deliver up to ``limit`` due push messages; returns how many were claimed.
-
-    A claim is no larger than the requests allowed in flight, so every claimed message is sent
-    at once and the round lasts at most ``PUSH_TIMEOUT_MS``, well inside its ``IN_FLIGHT_MS``
-    lease (a system check keeps the lease longer than twice the timeout). The delivered ones are
-    acknowledged in one statement.
-    """
-    conf = resonate_settings()
-    items = delivery.claim(delivery.PUSH_Q, now, min(limit, conf.PUSH_CONCURRENCY))
-    if not items:
-        return 0
-    sender = _get_sender()
-    outcomes = sender.run(_post_all(sender, items))
-    delivered = []
-    for item, error in zip(items, outcomes, strict=True):
-        if error is None:
-            delivered.append(item)
-        else:
-            log.info("push to %s failed (attempt %d): %s", item.address, item.attempts, error)
-            delivery.fail(item, now_ms(), error)
-    delivery.ack(delivered)
-    return len(items)
+# How much further than its free slots a drain looks into the due messages for destinations
+# with room (rows read per claim: LOOKAHEAD x the claim size, from the due index).
+LOOKAHEAD = 4
 
 
-def drain_push(limit: int) -> int:
-    """Push in rounds of at most ``limit`` until no message is due."""
-    total = 0
-    while n := push_due(now_ms(), limit):
-        total += n
-    return total
+@dataclass
+class _Pump:
+    """One drain: claims into free slots, settles each request as it completes."""
+
+    conf: ResonateSettings
+    sender: _Sender
+    limit: int
+    in_flight: dict[Future[Outcome], tuple[Claimed, str]] = field(default_factory=dict)
+    busy: Counter[str] = field(default_factory=Counter)
+    cooling: dict[str, int] = field(default_factory=dict)  # destination -> until (ms)
+    finished: list[tuple[Claimed, str, Outcome]] = field(default_factory=list)
+    claimed: int = 0
+
+    def run(self, deadline: float | None) -> int:
+        while True:
+            self.settle()
+            free = self.conf.PUSH_CONCURRENCY - len(self.in_flight)
+            if free > 0 and (deadline is None or time.monotonic() < deadline):
+                self.fill(min(free, self.limit))
+            if not self.in_flight:
+                self.settle()
+                return self.claimed
+            self.wait(refill_at=max(1, len(self.in_flight) // 2))
+
+    def fill(self, n: int) -> None:
+        """Claim and start up to ``n`` due messages whose destinations have room; put back the
+        due messages of cooling destinations. The due rows are read first without a lock, so
+        the claim takes only what can start now."""
+        cap = self.conf.PUSH_PER_HOST_CONCURRENCY
+        now = now_ms()
+        due = (
+            Message.objects.filter(PUSH_Q, next_attempt_at__lte=now, dead_at__isnull=True)
+            .order_by("next_attempt_at")
+            .values_list("key", "address")[: n * LOOKAHEAD]
+        )
+        room: dict[str, int] = {}
+        keys: list[str] = []
+        put_back: defaultdict[int, list[str]] = defaultdict(list)
+        for key, address in due:
+            dest = destination(address)
+            until = self.cooling.get(dest, 0)
+            if until > now:
+                put_back[until].append(key)
+                continue
+            left = room.setdefault(dest, cap - self.busy[dest])
+            if left > 0 and len(keys) < n:
+                room[dest] = left - 1
+                keys.append(key)
+        for until, cooled in put_back.items():
+            delivery.defer(cooled, now, until)
+        if not keys:
+            return
+        items = delivery.claim(PUSH_Q & Q(key__in=keys), now, len(keys))
+        self.claimed += len(items)
+        for item in items:
+            dest = destination(item.address)
+            self.busy[dest] += 1
+            future = self.sender.submit(_post(self.sender, self.conf, item))
+            self.in_flight[future] = (item, dest)
+
+    def wait(self, refill_at: int) -> None:
+        """Until ``refill_at`` requests have finished, or ``REFILL_S`` has passed with a slot
+        free (then more may have fallen due)."""
+        deadline = time.monotonic() + REFILL_S
+        finished = 0
+        while self.in_flight and finished < refill_at:
+            free = self.conf.PUSH_CONCURRENCY - len(self.in_flight)
+            timeout = None if free == 0 else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                return
+            done, _ = wait(self.in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
+            finished += len(done)
+            for future in done:
+                item, dest = self.in_flight.pop(future)
+                self.busy[dest] -= 1
+                try:
+                    outcome = future.result()
+                except Exception as exc:  # a bug; it must not stop the other messages
+                    log.exception("push to %s raised", item.address)
+                    outcome = Outcome(f"{type(exc).__name__}: {exc}")
+                self.finished.append((item, dest, outcome))
+
+    def settle(self) -> None:
+        delivered = []
+        now = now_ms()
+        for item, dest, outcome in self.finished:
+            if outcome.error is None:
+                delivered.append(item)
+                self.cooling.pop(dest, None)
+                continue
+            if not outcome.reached:
+                # The destination's other due messages wait as long as this one.
+                retry_at = now + delivery.backoff_ms(item.attempts)
+                self.cooling[dest] = max(self.cooling.get(dest, 0), retry_at)
+            if delivery.fail(item, now, outcome.error):
+                log.warning(
+                    "push to %s dead-lettered after %d attempts: %s",
+                    item.address,
+                    item.attempts,
+                    outcome.error,
+                )
+            else:
+                log.info(
+                    "push to %s failed (attempt %d): %s", item.address, item.attempts, outcome.error
+                )
+        delivery.ack(delivered)
+        self.finished.clear()
+
+
+def drain_push(limit: int, max_seconds: float | None = None) -> int:
+    """Push every due message, claiming at most ``limit`` per statement; returns how many were
+    claimed. Returns when nothing is due and nothing is in flight (or, with ``max_seconds``,
+    claims nothing after that long and returns once what is in flight has finished)."""
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    return _Pump(resonate_settings(), _get_sender(), limit).run(deadline)

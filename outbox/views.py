@@ -1,42 +1,34 @@
-"""``GET /poll/{group}/{id}``: a worker's message stream (server-sent events)."""
+"""``GET /poll/{group}/{id}``: a worker's message stream (server-sent events).
+
+The stream is a coroutine (``hub.Stream.frames``). Under Django's own ASGI handler each request
+also holds a thread for its sync middleware until the response ends, i.e. one thread per open
+stream; ``resonate_project.asgi`` therefore runs this view through Django without that per-request
+thread (see ``poll_application`` there). Sites that mount the URLs in their own ASGI application
+get the same stream, at the cost of that thread.
+"""
 
 from __future__ import annotations
-
-import asyncio
-from collections.abc import AsyncIterator
 
 from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
 
 from promises.conf import resonate_settings
+from resonate_project.access.gate import acheck_poll
 
-from .hub import Stream, get_hub
+from .hub import get_hub
 
 
 async def poll(request: HttpRequest, group: str, stream_id: str) -> HttpResponseBase:
+    denied = await acheck_poll(request, group)
+    if denied is not None:
+        return denied
     if request.method != "GET":
         return JsonResponse({"error": "GET this URL as text/event-stream"}, status=405)
-    hub = get_hub()
-    stream = hub.connect(group, stream_id)
-    response = StreamingHttpResponse(_events(stream), content_type="text/event-stream")
+    stream = get_hub().connect(group, stream_id)
+    if stream is None:
+        limit = resonate_settings().SSE_MAX_STREAMS
+        message = f"this server holds its maximum of {limit} streams (SSE_MAX_STREAMS); retry"
+        return JsonResponse({"error": message}, status=503, headers={"Retry-After": "1"})
+    response = StreamingHttpResponse(stream.body(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
-
-
-async def _events(stream: Stream) -> AsyncIterator[bytes]:
-    hub = get_hub()
-    keepalive = resonate_settings().SSE_KEEPALIVE_MS / 1000
-    try:
-        yield b": connected\n\n"
-        while True:
-            try:
-                item = await asyncio.wait_for(stream.queue.get(), keepalive)
-            except TimeoutError:
-                yield b": keepalive\n\n"
-                continue
-            stream.sending = item
-            yield b"data: " + item.body + b"\n\n"
-            stream.sending = None
-            hub.ack(item)
-    finally:
-        hub.disconnect(stream)

@@ -31,10 +31,10 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from outbox.delivery import is_push, parse_poll
 from resonate_project.envelope import call
 from tasks_app.models import Task
 
+from .addresses import is_push, parse_poll
 from .clock import now_ms
 from .handlers import PROMISE_STATES, filter_tags, projected_state_q
 from .models import Callback, Listener, Promise

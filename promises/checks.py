@@ -1,9 +1,11 @@
 """System checks for the RESONATE settings namespace."""
 
+import os
 from typing import Any
 
 from django.core.checks import Error, register
 
+from . import addresses
 from .conf import resonate_settings
 
 
@@ -39,4 +41,51 @@ def check_resonate_settings(app_configs: Any, **kwargs: Any) -> list[Error]:
                 id="resonate.E004",
             )
         )
+    if conf.AUTH not in {"", "off", "required"}:
+        errors.append(
+            Error(
+                f"RESONATE['AUTH'] is {conf.AUTH!r}; it must be 'required' or 'off' (or unset)",
+                hint="RESONATE_AUTH=required authenticates POST /, /poll/ and /api/; "
+                "RESONATE_AUTH=off serves them open on purpose.",
+                id="resonate.E010",
+            )
+        )
+    return errors
+
+
+@register()
+def check_push_settings(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """Where HTTP push may go and what it may carry (README "Delivery")."""
+    errors = []
+    if "RESONATE_PUSH_BEARER_TOKEN" in os.environ:
+        errors.append(
+            Error(
+                "RESONATE_PUSH_BEARER_TOKEN is no longer read: one token sent to every push "
+                "address leaks it to whoever registers an address",
+                hint='set RESONATE_PUSH_CREDENTIALS=\'{"hooks.example.com": "Bearer <token>"}\' '
+                "(sent as Authorization to that host only) and unset RESONATE_PUSH_BEARER_TOKEN.",
+                id="resonate.E020",
+            )
+        )
+    try:
+        conf = resonate_settings()
+    except (ValueError, TypeError):
+        return errors  # reported by check_resonate_settings
+    try:
+        addresses.parse_allowed(conf.PUSH_ALLOWED)
+    except ValueError as exc:
+        errors.append(
+            Error(
+                str(exc),
+                hint="comma-separated host names, *.example.com wildcards, IPs and CIDRs",
+                id="resonate.E021",
+            )
+        )
+    try:
+        addresses.parse_credentials(conf.PUSH_CREDENTIALS)
+    except ValueError as exc:
+        errors.append(Error(str(exc), id="resonate.E022"))
+    for name in ("PUSH_CONCURRENCY", "PUSH_PER_HOST_CONCURRENCY"):
+        if getattr(conf, name) <= 0:
+            errors.append(Error(f"RESONATE['{name}'] must be > 0", id="resonate.E023"))
     return errors

@@ -13,6 +13,7 @@ human-readable (aligned columns, UTC datetimes, values decoded from base64 when 
     resonate invoke ID --func F [--arg A ...] [--json-args '[...]'] [--timeout 1h]
                        [--target poll://any@default] [--delay 5s]
     resonate tree ID
+    resonate credentials create NAME [--prefix P] [--group G ...] [--admin] | revoke NAME | list
 """
 
 from __future__ import annotations
@@ -157,6 +158,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         groups, "tree", tree, "the call tree under a promise (by resonate:parent)"
     ).add_argument("id")
 
+    creds = groups.add_parser(
+        "credentials", help="service credentials (local database only)"
+    ).add_subparsers(dest="action", required=True)
+    help = "create a credential; its token is printed once, alone on the last line"
+    sub = creds.add_parser("create", help=help, description=help)
+    sub.add_argument("name")
+    sub.add_argument("--prefix", default="", help="every id it names must start with this")
+    sub.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        help="a poll group it may stream (repeatable; none: any group)",
+    )
+    sub.add_argument("--admin", action="store_true", help="may do anything, debug included")
+    sub.set_defaults(run=credentials_create)
+    help = "revoke a credential (requests with it answer 401 from now on)"
+    sub = creds.add_parser("revoke", help=help, description=help)
+    sub.add_argument("name")
+    sub.set_defaults(run=credentials_revoke)
+    help = "list credentials (never their tokens)"
+    creds.add_parser("list", help=help, description=help).set_defaults(run=credentials_list)
+
 
 # --- transport ----------------------------------------------------------------------------------
 
@@ -212,6 +235,53 @@ def run(options: dict[str, Any], out: Out) -> None:
     server = options.get("server")
     send = remote(server, options.get("token")) if server else local(now)
     options["run"](Ctx(send, now, out, bool(options.get("json"))), argparse.Namespace(**options))
+
+
+# --- credentials --------------------------------------------------------------------------------
+
+
+def credentials_create(ctx: Ctx, args: argparse.Namespace) -> None:
+    from resonate_project.access.credentials import CredentialError, credential_create
+
+    try:
+        credential, token = credential_create(
+            name=args.name, now=ctx.now, prefix=args.prefix, groups=args.group, admin=args.admin
+        )
+    except CredentialError as exc:
+        raise CliError(str(exc)) from exc
+    scope = "admin" if credential.admin else f"prefix {credential.prefix!r}"
+    groups = ", ".join(credential.groups) or "any group"
+    ctx.out(f"created credential {credential.name} ({scope}; streams {groups}); its token:")
+    ctx.out(token)
+
+
+def credentials_revoke(ctx: Ctx, args: argparse.Namespace) -> None:
+    from resonate_project.access.credentials import CredentialError, credential_revoke
+
+    try:
+        credential = credential_revoke(name=args.name, now=ctx.now)
+    except CredentialError as exc:
+        raise CliError(str(exc)) from exc
+    ctx.out(f"revoked credential {credential.name}")
+
+
+def credentials_list(ctx: Ctx, args: argparse.Namespace) -> None:
+    from resonate_project.access.models import ServiceCredential
+
+    rows = [
+        [
+            c.name,
+            "admin" if c.admin else repr(c.prefix),
+            ",".join(c.groups) or "*",
+            when(c.created_at),
+            when(c.last_used_at),
+            "revoked " + when(c.revoked_at) if c.revoked_at is not None else "active",
+        ]
+        for c in ServiceCredential.objects.all()
+    ]
+    headers = ["NAME", "PREFIX", "GROUPS", "CREATED", "LAST USED", "STATE"]
+    for line in table(headers, rows) if rows else ["no credentials"]:
+        ctx.out(line)
 
 
 # --- formatting ---------------------------------------------------------------------------------

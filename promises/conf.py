@@ -46,21 +46,17 @@ class ResonateSettings:
     DRAIN_BATCH: int = 100
     # A claimed message not acknowledged within this long is claimed again (a drainer died).
     IN_FLIGHT_MS: int = 30_000
-    # HTTP push: per-request timeout, bounded exponential backoff between failed attempts,
-    # parallel requests per drainer, and an optional bearer token sent as Authorization.
+    # HTTP push: per-request timeout, bounded exponential backoff between failed attempts, and
+    # parallel requests per drainer.
     PUSH_TIMEOUT_MS: int = 10_000
     PUSH_BACKOFF_BASE_MS: int = 500
     PUSH_BACKOFF_MAX_MS: int = 60_000
     PUSH_CONCURRENCY: int = 128
-    PUSH_BEARER_TOKEN: str = ""
     # SSE: comment frames keep idle streams open through proxies.
     SSE_KEEPALIVE_MS: int = 15_000
     # A web process holding streams looks for their messages at least this often even if no
     # wake-up reaches it.
     POLL_FALLBACK_MS: int = 1000
-    # The resource API under /api/: with a token set, requests need "Authorization: Bearer <token>"
-    # or a staff session; empty means open (like POST /, which offers the same operations).
-    API_TOKEN: str = ""
     # Where wake-ups travel between processes: a redis:// URL. Empty: CELERY_BROKER_URL when it is
     # Redis; otherwise wake-ups stay in-process (the embedded server) and the fallback polls.
     NOTIFY_URL: str = ""
@@ -82,7 +78,7 @@ class ResonateSettings:
     PUSH_ALLOWED: str = ""
     # Outbound credentials per destination host: JSON {"host": "header value"} sent as
     # Authorization to that host only (settings.RESONATE may give a dict).
-    PUSH_CREDENTIALS: str = ""
+    PUSH_CREDENTIALS: str | dict[str, str] = ""
     # After this many failed attempts, or this long after it was written, a push message is
     # dead-lettered: kept, listed, re-sendable, never dropped. 0 disables the bound.
     PUSH_MAX_ATTEMPTS: int = 50
@@ -90,7 +86,7 @@ class ResonateSettings:
     # Bytes of a push response body read (for the error text) at most.
     PUSH_MAX_RESPONSE_BYTES: int = 4096
     # Requests in flight to one destination host at once (a slow host cannot take every slot).
-    PUSH_PER_HOST_CONCURRENCY: int = 16
+    PUSH_PER_HOST_CONCURRENCY: int = 64
     # Hard limits; each breach is a 4xx naming the limit, and nothing is written.
     MAX_JSON_DEPTH: int = 64
     MAX_TAGS: int = 128

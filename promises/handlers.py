@@ -13,6 +13,7 @@ from django.db.models import Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
+from . import addresses
 from .conf import resonate_settings
 from .debug import paused
 from .effects import Effects, finish
@@ -36,8 +37,11 @@ from .requests import (
     PromiseSearchReq,
     PromiseSettleReq,
     Value,
+    check_search_tags,
+    check_tags,
 )
 from .search import search_page
+from .tags import TARGET
 
 if TYPE_CHECKING:
     from tasks_app.models import Task
@@ -57,6 +61,8 @@ def promise_create(req: PromiseCreateReq, now: int) -> Response:
     """P-02. Idempotent by id: an existing promise is returned as projected now, whatever the
     request says. A ``resonate:target`` tag also creates the task, due for dispatch at once (or
     at ``resonate:delay``)."""
+    if refusal := check_tags("tags", req.tags):
+        return refusal
     with transaction.atomic():
         fx = Effects()
         res = create(req, now, fx)
@@ -72,6 +78,8 @@ def create(req: PromiseCreateReq, now: int, fx: Effects, locked: Promise | None 
     """
     from . import services
 
+    if refusal := check_target("tags", req.tags):
+        return refusal
     if locked is not None:  # the caller (task.fence) holds it already
         return ok({"promise": promise_record(locked, now)})
     created = services.create_with_task(req, now, fx)
@@ -151,19 +159,37 @@ def promise_register_callback(req: PromiseRegisterCallbackReq, now: int) -> Resp
         return ok({"promise": promise_record(awaited, now)})
 
 
-def deliverable(address: str) -> bool:
-    """Spec HEAD: ``http://``, ``https://``, or ``poll://`` with an ``@``."""
-    if address.startswith(("http://", "https://")):
-        return True
-    return address.startswith("poll://") and "@" in address
+def check_address(address: str) -> Response | None:
+    """Spec HEAD: a ``poll://`` address delivery can route, or an ``http(s)://`` URL the push
+    policy lets through as written (``PUSH_ALLOWED``; no DNS here, the drain checks the resolved
+    IPs again)."""
+    allowed = addresses.parse_allowed(resonate_settings().PUSH_ALLOWED)
+    reason = addresses.address_refusal(address, allowed)
+    return None if reason is None else bad_request(reason)
+
+
+def check_target(field: str, tags: dict[str, str]) -> Response | None:
+    """A push ``resonate:target`` must be a destination the push policy lets through; other
+    targets are stored as the spec says (one nobody can deliver to waits in the outbox)."""
+    target = tags.get(TARGET)
+    if target is None or not addresses.is_push(target):
+        return None
+    allowed = addresses.parse_allowed(resonate_settings().PUSH_ALLOWED)
+    reason = addresses.push_refusal(target, allowed)
+    if reason is None:
+        return None
+    return bad_request(f"`{field}.{TARGET}` address {target} {reason}")
 
 
 def promise_register_listener(req: PromiseRegisterListenerReq, now: int) -> Response:
-    """P-05. A listener on a settled promise is not recorded: the 200 record is the answer."""
-    if not deliverable(req.address):
-        return bad_request(
-            "address must start with http://, https:// or poll:// (poll addresses need an @)"
-        )
+    """P-05. A listener on a settled promise is not recorded: the 200 record is the answer.
+
+    A live promise holds at most ``MAX_LISTENERS_PER_PROMISE`` distinct addresses: one more is
+    a 409, a refusal in the promise's current state like the others (the request is well formed
+    and would succeed on another promise); registering an address again stays an idempotent 200.
+    """
+    if refusal := check_address(req.address):
+        return refusal
     with transaction.atomic():
         p = promise_for_update(req.awaited)
         if p is None:
@@ -171,10 +197,25 @@ def promise_register_listener(req: PromiseRegisterListenerReq, now: int) -> Resp
         if not p.external:
             return fail(422, "promise is internal (not external, targeted or a timer)")
         if is_live(p, now):
+            if refusal := listener_limit_refusal(p, req.address):
+                return refusal
             Listener.objects.bulk_create(
                 [Listener(awaited=p, address=req.address)], ignore_conflicts=True
             )
         return ok({"promise": promise_record(p, now)})
+
+
+def listener_limit_refusal(p: Promise, address: str) -> Response | None:
+    """Under ``p``'s row lock, so concurrent registrations count one after another."""
+    cap = resonate_settings().MAX_LISTENERS_PER_PROMISE
+    listeners = Listener.objects.filter(awaited=p)
+    if listeners[:cap].count() < cap or listeners.filter(address=address).exists():
+        return None
+    return fail(
+        409,
+        f"promise has {cap} listeners, the most allowed (MAX_LISTENERS_PER_PROMISE); "
+        "address is not one of them",
+    )
 
 
 PROMISE_STATES = ("pending", "resolved", "rejected", "rejected_canceled", "rejected_timedout")
@@ -208,6 +249,8 @@ def promise_search(req: PromiseSearchReq, now: int) -> Response:
     and exact tag values, ordered by id, ``cursor`` = the last id of the previous page."""
     if req.state is not None and req.state not in PROMISE_STATES:
         return bad_request(f"state must be one of {', '.join(PROMISE_STATES)}")
+    if refusal := check_search_tags("tags", req.tags):
+        return refusal
     conf = resonate_settings()
     limit = req.limit or conf.SEARCH_LIMIT_DEFAULT
     if limit > conf.SEARCH_LIMIT_MAX:
@@ -217,8 +260,10 @@ def promise_search(req: PromiseSearchReq, now: int) -> Response:
         qs = qs.filter(projected_state_q(req.state, now))
     if req.tags:
         qs = filter_tags(qs, "tags", req.tags)
-    rows, cursor = search_page(qs, req.cursor, limit)
-    data: dict[str, object] = {"promises": [promise_record(p, now) for p in rows]}
+    if req.idPrefix:
+        qs = qs.filter(pk__startswith=req.idPrefix)
+    records, cursor = search_page(qs, req.cursor, limit, lambda p: promise_record(p, now))
+    data: dict[str, object] = {"promises": records}
     if cursor is not None:
         data["cursor"] = cursor
     return ok(data)

@@ -3,7 +3,8 @@
 Types check shape only: a missing field, a wrong type, a negative number or an absurd length is a
 400 naming the field, decided before anything is read. The spec's own 400s (an unsettable state,
 self-await, an undeliverable address) are checked first thing in each handler, because inside
-``task.fence`` they become the inner status rather than the outer one.
+``task.fence`` they become the inner status rather than the outer one. The hard limits that are
+settings (``check_tags``, ``check_search_tags``) are checked there too, as outer 400s.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import Annotated, Any
 
 from msgspec import Meta, Struct, field
 
+from .conf import resonate_settings
 from .models import ID_MAX_LENGTH
-from .tags import BRANCH
+from .protocol import Response, bad_request
+from .tags import BRANCH, DELAY, TARGET
 
 # Identifiers are indexed, and a PostgreSQL btree entry holds at most 2704 bytes (an index may
 # pair two identifiers), so every identifier-like string is capped at 1024 bytes of UTF-8.
@@ -31,6 +34,52 @@ Head = dict[str, Any]
 def check_bytes(name: str, value: str) -> None:
     if len(value) > ID_MAX_BYTES // 4 and len(value.encode()) > ID_MAX_BYTES:
         raise ValueError(f"`{name}` must be at most {ID_MAX_BYTES} bytes of UTF-8")
+
+
+def utf8_len(value: str) -> int:
+    return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
+
+
+def check_tags(field: str, tags: Tags) -> Response | None:
+    """The hard limits on a promise's tags, checked first thing by every handler that creates
+    promises (``promise.create``, ``task.create``, ``task.fence``, ``schedule.create``): at most
+    ``MAX_TAGS`` tags of at most ``MAX_TAG_BYTES`` of UTF-8 (keys and values together), a
+    ``resonate:delay`` of at most ``MAX_DELAY_CHARS`` characters, and a ``resonate:target`` (an
+    address, like a listener's) of at most 1024 bytes. They are settings, so they are checked at
+    call time here rather than in ``__post_init__``, which also runs when the schedule step builds
+    an occurrence: that must never fail."""
+    conf = resonate_settings()
+    if len(tags) > conf.MAX_TAGS:
+        return bad_request(
+            f"`{field}` has {len(tags)} tags; at most {conf.MAX_TAGS} are allowed (MAX_TAGS)"
+        )
+    delay = tags.get(DELAY)
+    if delay is not None and len(delay) > conf.MAX_DELAY_CHARS:
+        return bad_request(
+            f"`{field}.{DELAY}` has {len(delay)} characters; at most {conf.MAX_DELAY_CHARS} are "
+            "allowed (MAX_DELAY_CHARS)"
+        )
+    target = tags.get(TARGET)
+    if target is not None and utf8_len(target) > ID_MAX_BYTES:
+        return bad_request(f"`{field}.{TARGET}` must be at most {ID_MAX_BYTES} bytes of UTF-8")
+    size = sum(utf8_len(key) + utf8_len(value) for key, value in tags.items())
+    if size > conf.MAX_TAG_BYTES:
+        return bad_request(
+            f"`{field}` holds {size} bytes of UTF-8 (keys and values); at most "
+            f"{conf.MAX_TAG_BYTES} are allowed (MAX_TAG_BYTES)"
+        )
+    return None
+
+
+def check_search_tags(field: str, tags: Tags | None) -> Response | None:
+    """A search filters by at most ``MAX_SEARCH_TAGS`` tags (each one is a condition in the
+    query; SQLite refuses a thousand)."""
+    limit = resonate_settings().MAX_SEARCH_TAGS
+    if tags is not None and len(tags) > limit:
+        return bad_request(
+            f"`{field}` has {len(tags)} tags; a search takes at most {limit} (MAX_SEARCH_TAGS)"
+        )
+    return None
 
 
 def later(now: int, ms: int) -> int:
@@ -90,6 +139,9 @@ class PromiseSearchReq(Req):
     tags: Tags | None = None
     limit: Limit | None = None
     cursor: Text | None = None
+    # Only ids starting with this (an extension; a prefix-limited credential is narrowed to its
+    # prefix this way, see resonate_project/access/rules.py).
+    idPrefix: Text | None = None
 
 
 # Nested action envelopes (task.create / task.fence / task.fulfill / task.suspend).

@@ -1,18 +1,60 @@
 """Keyset pagination shared by the three searches: ordered by id, the cursor is the last id
-returned, and it is present only when another page may follow."""
+returned, and it is present only when another page may follow.
+
+A page also stops early where its records would pass ``MAX_SEARCH_RESPONSE_BYTES`` (less
+``RESPONSE_RESERVE`` for the envelope and the cursor), with a cursor to the rest; a single record
+larger than that still comes back alone, so a client always makes progress.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from itertools import islice
 from typing import Any
 
+import msgspec
 from django.db.models import QuerySet
 
+from .conf import resonate_settings
 
-def search_page(qs: QuerySet[Any], cursor: str | None, limit: int) -> tuple[list[Any], str | None]:
+# Bytes of a response that are not records: kind, head and a cursor of up to 1024 characters
+# (6 bytes each when JSON escapes them). corrId is the client's own and is not counted.
+RESPONSE_RESERVE = 8 * 1024
+# Rows read from the database at a time: a page never holds more than one batch of rows beyond
+# what it returns, however large the rows are.
+FETCH_BATCH = 20
+
+Record = dict[str, Any]
+
+
+def fit(
+    rows: Iterable[Any], record: Callable[[Any], Record], budget: int
+) -> tuple[list[Any], list[Record], bool]:
+    """The leading ``rows`` whose records' JSON fits ``budget`` bytes (at least one), their
+    records, and whether a row was left out for size."""
+    kept: list[Any] = []
+    records: list[Record] = []
+    size = 2  # the list's brackets
+    for row in rows:
+        rec = record(row)
+        size += len(msgspec.json.encode(rec)) + (1 if records else 0)
+        if records and size > budget:
+            return kept, records, True
+        kept.append(row)
+        records.append(rec)
+    return kept, records, False
+
+
+def search_budget() -> int:
+    return resonate_settings().MAX_SEARCH_RESPONSE_BYTES - RESPONSE_RESERVE
+
+
+def search_page(
+    qs: QuerySet[Any], cursor: str | None, limit: int, record: Callable[[Any], Record]
+) -> tuple[list[Record], str | None]:
     if cursor:
         qs = qs.filter(pk__gt=cursor)
-    rows = list(qs.order_by("pk")[: limit + 1])
-    if len(rows) > limit:
-        rows = rows[:limit]
-        return rows, str(rows[-1].pk)
-    return rows, None
+    rows = qs.order_by("pk")[: limit + 1].iterator(chunk_size=FETCH_BATCH)
+    kept, records, cut = fit(islice(rows, limit), record, search_budget())
+    more = cut or next(rows, None) is not None
+    return records, (str(kept[-1].pk) if more else None)

@@ -3,18 +3,24 @@ legacy REST paths. The clock is read here, once per request."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
 from promises.clock import now_ms
 from promises.conf import resonate_settings
+from promises.protocol import Response
 
-from .envelope import handle_body
+from .access.auth import bearer
+from .access.gate import forgeable
+from .envelope import handle_body, respond
 
 # Handlers are synchronous (one transaction each). Under ASGI, Django runs every sync view on one
 # shared thread per process; the envelope runs on its own pool instead (WEB_THREADS), so requests
@@ -23,14 +29,14 @@ from .envelope import handle_body
 _pool: ThreadPoolExecutor | None = None
 
 
-def _handle(body: bytes, clock_ms: int) -> tuple[int, bytes]:
+def _handle(body: bytes, clock_ms: int, bearer: str | None) -> tuple[int, bytes]:
     # Request signals (which close stale connections) run on Django's own thread, not this one:
     # drop a connection that failed or outlived CONN_MAX_AGE before using it.
     connection.close_if_unusable_or_obsolete()
-    return handle_body(body, clock_ms)
+    return handle_body(body, clock_ms, bearer)
 
 
-def _runner() -> Callable[[bytes, int], Awaitable[tuple[int, bytes]]]:
+def _runner() -> Callable[[bytes, int, str | None], Awaitable[tuple[int, bytes]]]:
     global _pool
     threads = resonate_settings().WEB_THREADS
     if threads <= 0:
@@ -40,9 +46,31 @@ def _runner() -> Callable[[bytes, int], Awaitable[tuple[int, bytes]]]:
     return sync_to_async(_handle, thread_sensitive=False, executor=_pool)
 
 
-async def answer(body: bytes) -> tuple[int, bytes]:
-    """One envelope in, one out, off the event loop; the clock is read here."""
-    return await _runner()(body, now_ms())
+async def answer(body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
+    """One envelope in, one out, off the event loop; the clock is read here. ``authorization``
+    is the request's Authorization header (a credential in ``head.auth`` takes precedence)."""
+    return await _runner()(body, now_ms(), bearer(authorization))
+
+
+def too_large() -> tuple[int, bytes]:
+    limit = resonate_settings().MAX_BODY_BYTES
+    return respond("", "", Response(413, f"request body exceeds {limit} bytes (MAX_BODY_BYTES)"))
+
+
+def refuse_http(headers: Mapping[str, str], check_host: bool = False) -> tuple[int, bytes] | None:
+    """The answer to a ``POST /`` refused on its headers alone (lower-cased names): a Host not in
+    ``ALLOWED_HOSTS`` (``check_host``: Django's view checks it itself; this closes DNS rebinding,
+    which makes a foreign page same-origin), a declared length over ``MAX_BODY_BYTES`` (413,
+    before reading it), or a browser-forgeable request."""
+    if check_host:
+        domain, _ = split_domain_port(headers.get("host", ""))
+        if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+            return respond("", "", Response(400, "Host header not in ALLOWED_HOSTS"))
+    length = headers.get("content-length", "")
+    if length.isdigit() and int(length) > resonate_settings().MAX_BODY_BYTES:
+        return too_large()
+    refusal = forgeable(headers.get("content-type"), headers.get("origin"), headers.get("host"))
+    return None if refusal is None else respond("", "", refusal)
 
 
 @csrf_exempt
@@ -51,7 +79,17 @@ async def envelope(request: HttpRequest) -> HttpResponse:
     answers it before Django's middleware when this project is the server)."""
     if request.method != "POST":
         return JsonResponse({"error": "POST a {kind, head, data} envelope to this URL"}, status=405)
-    status, body = await answer(request.body)
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    headers.setdefault("host", request.get_host())
+    refused = refuse_http(headers)
+    if refused is None:
+        # Read at most one byte over the limit (Django's request.body would read it all).
+        limit = resonate_settings().MAX_BODY_BYTES
+        raw = request.read(limit + 1)
+        refused = too_large() if len(raw) > limit else None
+    if refused is not None:
+        return HttpResponse(refused[1], status=refused[0], content_type="application/json")
+    status, body = await answer(raw, request.headers.get("Authorization"))
     return HttpResponse(body, status=status, content_type="application/json")
 
 
@@ -63,8 +101,10 @@ def ready(request: HttpRequest) -> HttpResponse:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-    except Exception as exc:
-        return JsonResponse({"status": "unavailable", "error": str(exc)}, status=503)
+    except Exception:
+        # The driver's text names hosts, ports, users and databases: it goes to the log only.
+        logging.getLogger("resonate.ready").exception("readiness probe: database unavailable")
+        return JsonResponse({"status": "unavailable", "error": "database unavailable"}, status=503)
     return JsonResponse({"status": "ready"})
 
 

@@ -13,7 +13,11 @@ from django.db import OperationalError
 from promises.conf import resonate_settings
 from promises.protocol import Response, bad_request
 
+from .access.auth import authenticate
+from .access.principal import AuthError, Principal
+from .access.rules import authorize
 from .dispatch import DEBUG_KINDS, KINDS
+from .json_depth import depth_refusal
 
 log = logging.getLogger("resonate.envelope")
 
@@ -67,11 +71,15 @@ def respond(kind: str, corr_id: str, res: Response) -> tuple[int, bytes]:
     return res.status, _encoder.encode(body)
 
 
-def handle_body(body: bytes, clock_ms: int) -> tuple[int, bytes]:
-    """Decode one envelope, run its handler at ``now``, encode the reply."""
+def handle_body(body: bytes, clock_ms: int, bearer: str | None = None) -> tuple[int, bytes]:
+    """Decode one envelope, authenticate it (``head.auth``, else the ``Authorization: Bearer``
+    token given as ``bearer``), run its handler at ``now``, encode the reply."""
     conf = resonate_settings()
     if len(body) > conf.MAX_BODY_BYTES:
-        return respond("", "", bad_request(f"request body exceeds {conf.MAX_BODY_BYTES} bytes"))
+        too_big = f"request body exceeds {conf.MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"
+        return respond("", "", Response(413, too_big))
+    if too_deep := depth_refusal(body):
+        return respond("", "", bad_request(too_deep))
     try:
         env = _envelope_decoder.decode(body)
     except msgspec.ValidationError as exc:
@@ -81,8 +89,15 @@ def handle_body(body: bytes, clock_ms: int) -> tuple[int, bytes]:
         return respond("", "", bad_request(f"request body is not valid JSON: {exc}"))
     corr = env.head.get("corrId", "")
     corr_id = corr if isinstance(corr, str) else ""
+    token = env.head.get("auth", bearer)
+    if token is not None and not isinstance(token, str):
+        return respond(env.kind, corr_id, bad_request("head.auth must be a string"))
     try:
-        res = dispatch(env.kind, env.head, env.data, clock_ms, conf.DEBUG)
+        principal = authenticate(token, clock_ms)
+    except AuthError as exc:
+        return respond(env.kind, corr_id, Response(exc.status, str(exc)))
+    try:
+        res = dispatch(env.kind, env.head, env.data, clock_ms, conf.DEBUG, principal)
     except Exception:
         log.exception("%s failed", env.kind)
         res = Response(500, "internal server error")
@@ -90,8 +105,15 @@ def handle_body(body: bytes, clock_ms: int) -> tuple[int, bytes]:
 
 
 def dispatch(
-    kind: str, head: dict[str, Any], data: bytes | msgspec.Raw, clock_ms: int, debug: bool
+    kind: str,
+    head: dict[str, Any],
+    data: bytes | msgspec.Raw,
+    clock_ms: int,
+    debug: bool,
+    principal: Principal | None = None,
 ) -> Response:
+    """Run one request kind; ``principal`` None means unrestricted (auth not required, or a
+    trusted in-process caller)."""
     if not isinstance(head.get("corrId", ""), str):
         return bad_request("head.corrId must be a string")
     version = head.get("version")
@@ -104,11 +126,15 @@ def dispatch(
         if kind in DEBUG_KINDS:
             if not debug:
                 return Response(403, "debug operations are disabled (set RESONATE_DEBUG)")
+            if principal is not None and not principal.admin:
+                return Response(403, "debug operations need an admin credential")
             entry = DEBUG_KINDS[kind]
         else:
             return bad_request(f"unknown kind {kind!r}")
     now = clock_ms
     if debug and DEBUG_TIME in head:
+        if principal is not None and not principal.admin:
+            return Response(403, f"head.{DEBUG_TIME} needs an admin credential")
         debug_time = head[DEBUG_TIME]
         if not isinstance(debug_time, int) or isinstance(debug_time, bool) or debug_time < 0:
             return bad_request("head.resonate:debug_time must be a non-negative integer (ms)")
@@ -123,6 +149,9 @@ def dispatch(
         return bad_request(f"invalid data: {_field_error(exc)}")
     except msgspec.DecodeError as exc:
         return bad_request(f"data is not valid JSON: {exc}")
+    req, refusal = authorize(kind, req, principal)
+    if refusal is not None:
+        return refusal
     return run(handler, req, now)
 
 
@@ -140,6 +169,7 @@ def run(handler: Any, req: Any, now: int) -> Response:
     raise AssertionError("unreachable")
 
 
-def call(kind: str, data: dict[str, Any], now: int) -> Response:
-    """Run one request kind from Python (admin actions, commands, tests) exactly as the API does."""
-    return dispatch(kind, {}, msgspec.json.encode(data), now, resonate_settings().DEBUG)
+def call(kind: str, data: dict[str, Any], now: int, principal: Principal | None = None) -> Response:
+    """Run one request kind from Python (admin actions, commands, tests) exactly as the API does,
+    as ``principal`` (None: a trusted caller)."""
+    return dispatch(kind, {}, msgspec.json.encode(data), now, resonate_settings().DEBUG, principal)

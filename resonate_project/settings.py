@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -21,9 +22,36 @@ def _env_bool(name: str, default: bool = False) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "django-resonate-insecure-development-key")
+def _env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+# Deployment safety (README "Production"). The fixed key is for development on loopback: `serve`
+# refuses a non-loopback address with it, and `check --deploy` flags it (security.W009).
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "django-resonate-insecure-development-key"
 DEBUG = _env_bool("DJANGO_DEBUG")
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",")
+# Loopback names unless set: the SDKs and the test suites call 127.0.0.1 or localhost (Django's
+# test client adds "testserver"), and a page whose DNS name is rebound to 127.0.0.1 still sends
+# that name as Host, so it is refused.
+ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+# HTTPS behind a TLS-terminating proxy; every switch is off unless set, so plain-HTTP clients
+# (the SDKs on POST /) are never redirected by default.
+SECURE_SSL_REDIRECT = _env_bool("DJANGO_SECURE_SSL_REDIRECT")
+SECURE_REDIRECT_EXEMPT = [r"^health$", r"^ready$"]  # load balancers probe over plain HTTP
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS")
+SECURE_HSTS_PRELOAD = _env_bool("DJANGO_SECURE_HSTS_PRELOAD")
+SESSION_COOKIE_SECURE = _env_bool("DJANGO_SESSION_COOKIE_SECURE")
+CSRF_COOKIE_SECURE = _env_bool("DJANGO_CSRF_COOKIE_SECURE")
+# "HEADER,value", e.g. "HTTP_X_FORWARDED_PROTO,https". Only behind a proxy that always sets the
+# header (overwriting the client's): otherwise any client can claim HTTPS.
+_proxy_ssl_header = _env_list("DJANGO_SECURE_PROXY_SSL_HEADER")
+if _proxy_ssl_header and len(_proxy_ssl_header) != 2:
+    raise ImproperlyConfigured("DJANGO_SECURE_PROXY_SSL_HEADER must be HEADER,value")
+SECURE_PROXY_SSL_HEADER = (
+    (_proxy_ssl_header[0], _proxy_ssl_header[1]) if _proxy_ssl_header else None
+)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -40,6 +68,7 @@ INSTALLED_APPS = [
     "tasks_app",
     "schedules",
     "outbox",
+    "resonate_project.access",
 ]
 
 MIDDLEWARE = [
@@ -122,6 +151,12 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "django-resonate",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema and docs need the same credential as the API when auth is required.
+    "SERVE_AUTHENTICATION": [
+        "resonate_project.rest.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "SERVE_PERMISSIONS": ["resonate_project.rest.auth.ApiAccess"],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "resonate_project.rest.schema.document_envelope",

@@ -8,8 +8,9 @@ from django.db import transaction
 
 from promises import services
 from promises.conf import resonate_settings
-from promises.handlers import filter_tags
+from promises.handlers import check_target, filter_tags
 from promises.protocol import Response, bad_request, fail, ok
+from promises.requests import check_search_tags, check_tags
 from promises.search import search_page
 from promises.tags import TARGET, is_timer
 
@@ -32,8 +33,12 @@ def schedule_get(req: ScheduleGetReq, now: int) -> Response:
 def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
     """S-02. Idempotent by id (an existing schedule is returned unchanged); the first run is the
     first cron instant strictly after ``now``."""
+    if refusal := check_tags("promiseTags", req.promise_tags):
+        return refusal
     if is_timer(req.promise_tags) and TARGET in req.promise_tags:
         return bad_request("promiseTags may not make a timer that is also targeted")
+    if refusal := check_target("promiseTags", req.promise_tags):
+        return refusal
     if not cron.valid(req.cron):
         return bad_request(f"cron is not a valid 5- or 6-field cron expression: {req.cron!r}")
     with transaction.atomic():
@@ -67,6 +72,8 @@ def schedule_delete(req: ScheduleDeleteReq, now: int) -> Response:
 
 def schedule_search(req: ScheduleSearchReq, now: int) -> Response:
     """Not in the spec (501 there): filter by exact promise tags, ordered by id, keyset cursor."""
+    if refusal := check_search_tags("tags", req.tags):
+        return refusal
     conf = resonate_settings()
     limit = req.limit or conf.SEARCH_LIMIT_DEFAULT
     if limit > conf.SEARCH_LIMIT_MAX:
@@ -74,8 +81,10 @@ def schedule_search(req: ScheduleSearchReq, now: int) -> Response:
     qs = Schedule.objects.all()
     if req.tags:
         qs = filter_tags(qs, "promise_tags", req.tags)
-    rows, cursor = search_page(qs, req.cursor, limit)
-    data: dict[str, Any] = {"schedules": [schedule_record(s) for s in rows]}
+    if req.idPrefix:
+        qs = qs.filter(pk__startswith=req.idPrefix)
+    records, cursor = search_page(qs, req.cursor, limit, schedule_record)
+    data: dict[str, Any] = {"schedules": records}
     if cursor is not None:
         data["cursor"] = cursor
     return ok(data)

@@ -6,10 +6,13 @@ from django.db import models
 
 from promises.models import ID_MAX_LENGTH
 
+# Characters (varchar counts characters); schedule.create refuses a longer cron with a 400.
+CRON_MAX_LENGTH = 255
+
 
 class Schedule(models.Model):
     id = models.CharField(primary_key=True, max_length=ID_MAX_LENGTH)
-    cron = models.CharField(max_length=255)
+    cron = models.CharField(max_length=CRON_MAX_LENGTH)
     promise_id = models.TextField(help_text="id template: {{.id}} and {{.timestamp}} expand")
     promise_timeout = models.BigIntegerField()
     promise_param_headers = models.JSONField(null=True, blank=True)

@@ -9,6 +9,8 @@ from msgspec import Meta, field
 from promises.models import ID_MAX_LENGTH
 from promises.requests import Id, Limit, Ms, Req, Tags, Text, Value, check_bytes
 
+from .models import CRON_MAX_LENGTH
+
 
 class ScheduleGetReq(Req):
     id: Id
@@ -16,7 +18,7 @@ class ScheduleGetReq(Req):
 
 class ScheduleCreateReq(Req, rename="camel"):
     id: Id
-    cron: Text
+    cron: Annotated[str, Meta(max_length=CRON_MAX_LENGTH)]
     promise_id: Annotated[str, Meta(min_length=1, max_length=ID_MAX_LENGTH)]
     promise_timeout: Ms
     promise_param: Value = field(default_factory=Value)
@@ -37,3 +39,6 @@ class ScheduleSearchReq(Req):
     tags: Tags | None = None
     limit: Limit | None = None
     cursor: Text | None = None
+    # Only ids starting with this (an extension; a prefix-limited credential is narrowed to its
+    # prefix this way, see resonate_project/access/rules.py).
+    idPrefix: Text | None = None

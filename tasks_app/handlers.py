@@ -29,7 +29,7 @@ from promises.protocol import (
     task_record,
     viewed_task_state,
 )
-from promises.requests import CreateAction
+from promises.requests import CreateAction, check_tags
 from promises.search import search_page
 from promises.tags import TARGET, is_timer
 
@@ -111,10 +111,14 @@ def task_create(req: TaskCreateReq, now: int) -> Response:
     """T-02. Create a targeted promise with its task already acquired by the caller, or re-acquire
     the existing task if it is pending; 409 if someone holds it (even the same pid)."""
     action = req.action.data
+    if refusal := check_tags("action.data.tags", action.tags):
+        return refusal
     if TARGET not in action.tags:
         return bad_request("action.data.tags must contain resonate:target")
     if is_timer(action.tags):
         return bad_request("a resonate:timer promise may not carry resonate:target in task.create")
+    if refusal := promise_handlers.check_target("action.data.tags", action.tags):
+        return refusal
     with transaction.atomic():
         born = services.new_promise(action, now)
         if services.insert(born):  # the common case first: one statement
@@ -164,6 +168,10 @@ def task_fence(req: TaskFenceReq, now: int) -> Response:
     version; guard and inner write commit together. The inner outcome (even 400/404) is wrapped
     in a 200."""
     action = req.action
+    if isinstance(action, CreateAction) and (
+        refusal := check_tags("action.data.tags", action.data.tags)
+    ):
+        return refusal
     if action.data.id == req.id:
         return bad_request(
             "action.data.id must differ from id: a task may not fence its own promise "
@@ -346,8 +354,10 @@ def task_search(req: TaskSearchReq, now: int) -> Response:
     qs = Task.objects.select_related("promise")
     if req.state is not None:
         qs = qs.filter(viewed_state_q(req.state, now))
-    rows, cursor = search_page(qs, req.cursor, limit)
-    data: dict[str, Any] = {"tasks": [task_record(t, t.promise, now) for t in rows]}
+    if req.idPrefix:
+        qs = qs.filter(promise__id__startswith=req.idPrefix)
+    records, cursor = search_page(qs, req.cursor, limit, lambda t: task_record(t, t.promise, now))
+    data: dict[str, Any] = {"tasks": records}
     if cursor is not None:
         data["cursor"] = cursor
     return ok(data)

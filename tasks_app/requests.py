@@ -105,3 +105,6 @@ class TaskSearchReq(Req):
     state: str | None = None
     limit: Limit | None = None
     cursor: Text | None = None
+    # Only ids starting with this (an extension; a prefix-limited credential is narrowed to its
+    # prefix this way, see resonate_project/access/rules.py).
+    idPrefix: Text | None = None

@@ -635,12 +635,12 @@ def test_bad_input_is_a_400_naming_the_problem_and_writes_nothing(
             assert env["head"]["corrId"] == corr
 
 
-def test_a_body_over_max_body_bytes_is_a_400_and_writes_nothing(client: Client, db: Any) -> None:
+def test_a_body_over_max_body_bytes_is_a_413_and_writes_nothing(client: Client, db: Any) -> None:
     body = envelope("promise.create", {**CREATE, "param": {"data": "x" * 400}})
     with override_settings(RESONATE={"MAX_BODY_BYTES": 200}):
         before = stored()
         status, env = post_raw(client, body)
-        assert status == 400
+        assert status == 413
         assert "bytes" in env["data"] or "body" in env["data"], env["data"]
         assert stored() == before
         small = envelope("promise.get", {"id": "nope"})

@@ -665,7 +665,6 @@ def test_register_callback_twice_records_one_callback_and_suspends_nothing(api: 
         "https://host:8443/cb?x=1",
         "poll://any@default",
         "poll://uni@group/pid-1",
-        "poll://x@y",
     ],
 )
 def test_deliverable_addresses_are_accepted(api: Api, address: str) -> None:
@@ -686,6 +685,8 @@ def test_deliverable_addresses_are_accepted(api: Api, address: str) -> None:
         pytest.param("http:/host", id="http:/ (one slash)"),
         pytest.param("poll:/any@default", id="poll:/ (one slash)"),
         pytest.param("ws://host@x", id="ws"),
+        pytest.param("poll://x@y", id="poll with neither uni nor any"),
+        pytest.param("poll://uni@group", id="poll://uni without an id"),
     ],
 )
 @pytest.mark.parametrize(

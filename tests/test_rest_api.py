@@ -21,6 +21,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 
 from promises.models import Promise
+from resonate_project.access.credentials import credential_create
 from resonate_project.dispatch import DEBUG_KINDS, KINDS
 from tasks_app.models import Task
 
@@ -414,16 +415,19 @@ def test_unparseable_json_and_other_http_errors_keep_the_shape(db: Any, client: 
 
 
 @pytest.fixture
-def token() -> Iterator[str]:
-    with override_settings(RESONATE={"API_TOKEN": "s3cret"}):
-        yield "s3cret"
+def token(db: Any) -> Iterator[str]:
+    """A service credential, with RESONATE_AUTH=required (tests/security has the full matrix)."""
+    with override_settings(RESONATE={"AUTH": "required"}):
+        yield credential_create(name="api-tests", now=1)[1]
 
 
-def test_without_a_token_configured_the_api_is_open(api: Api, client: Client) -> None:
+def test_without_auth_required_the_api_is_open(api: Api, client: Client) -> None:
     assert client.get("/api/promises").status_code == 200
 
 
-def test_with_a_token_a_request_needs_it(api: Api, client: Client, token: str) -> None:
+def test_with_auth_required_a_request_needs_a_credential(
+    api: Api, client: Client, token: str
+) -> None:
     res = client.get("/api/promises")
     assert (res.status_code, error(res.json())) == (401, (401, None))
     assert res["WWW-Authenticate"].startswith("Bearer")
@@ -440,7 +444,7 @@ def test_with_a_token_a_request_needs_it(api: Api, client: Client, token: str) -
     assert (res.status_code, res.json()["id"]) == (200, "p")
 
 
-def test_with_a_token_a_staff_session_is_let_in(api: Api, client: Client, token: str) -> None:
+def test_with_auth_required_a_staff_session_is_let_in(api: Api, client: Client, token: str) -> None:
     user = User.objects.create_user("ops", password="pw")
     client.force_login(user)
     assert client.get("/api/promises").status_code == 403
@@ -449,7 +453,7 @@ def test_with_a_token_a_staff_session_is_let_in(api: Api, client: Client, token:
     assert client.get("/api/promises").status_code == 200
 
 
-def test_the_schema_and_docs_stay_public(db: Any, client: Client, token: str) -> None:
+def test_the_schema_and_docs_are_public_without_auth(db: Any, client: Client) -> None:
     assert client.get("/api/schema/").status_code == 200
     assert client.get("/api/docs/").status_code == 200
 

@@ -19,6 +19,7 @@ from django.db.models import Q, QuerySet
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema_field
 
+from promises.conf import resonate_settings
 from promises.handlers import PROMISE_STATES, filter_tags, projected_state_q
 from promises.models import ID_MAX_LENGTH, Promise
 from promises.protocol import PENDING
@@ -33,6 +34,11 @@ class TagsField(forms.Field):
     widget = forms.MultipleHiddenInput
 
     def to_python(self, value: Any) -> dict[str, str]:
+        limit = resonate_settings().MAX_SEARCH_TAGS
+        if len(value or []) > limit:
+            raise forms.ValidationError(
+                f"{len(value)} tags; a search takes at most {limit} (MAX_SEARCH_TAGS)"
+            )
         result: dict[str, str] = {}
         for item in value or []:
             key, sep, tag_value = str(item).partition("=")

@@ -32,7 +32,7 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "RESONATE API_TOKEN; without one configured the API is open",
+            "description": "a JWT or service credential; needed when RESONATE_AUTH=required",
         }
 
 

@@ -13,6 +13,7 @@ from rest_framework import serializers
 from promises.handlers import PROMISE_STATES
 from promises.models import ID_MAX_LENGTH
 from promises.protocol import SETTABLE
+from schedules.models import CRON_MAX_LENGTH
 from tasks_app.handlers import TASK_STATES
 
 MS_MAX = 2**63 - 1
@@ -70,7 +71,7 @@ class PromiseSettleSerializer(serializers.Serializer):
 
 class ScheduleCreateSerializer(serializers.Serializer):
     id = text(min_length=1)
-    cron = text(help_text="5 fields, or 6 with seconds first; UTC")
+    cron = text(max_length=CRON_MAX_LENGTH, help_text="5 fields, or 6 with seconds first; UTC")
     promiseId = text(
         allow_blank=True, help_text="occurrence id template: {{.id}} and {{.timestamp}} expand"
     )

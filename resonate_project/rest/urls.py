@@ -8,6 +8,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
 from . import (
+    outbox,
     schema,  # noqa: F401  (registers the bearer-token scheme)
     views,
 )
@@ -25,6 +26,8 @@ urlpatterns = [
     path("tasks/<path:id>", views.TaskDetail.as_view(), name="task"),
     path("schedules", views.ScheduleList.as_view(), name="schedules"),
     path("schedules/<path:id>", views.ScheduleDetail.as_view(), name="schedule"),
+    path("outbox", outbox.OutboxList.as_view(), name="outbox"),
+    path("outbox/<path:key>/resend", outbox.OutboxResend.as_view(), name="outbox-resend"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SwaggerView.as_view(), name="docs"),
     path("docs/assets/<str:name>", swagger_asset, name="swagger-asset"),

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.generics import GenericAPIView
-from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -24,10 +24,11 @@ from schedules.models import Schedule
 from schedules.protocol import schedule_record
 from tasks_app.models import Task
 
-from .auth import ApiAccess, BearerTokenAuthentication
+from .auth import ApiAccess, BearerTokenAuthentication, principal_of
 from .errors import ProtocolError, field_of
 from .filters import FilterBackend, PromiseFilter, ScheduleFilter, TaskFilter
 from .pagination import IdCursorPagination
+from .parsers import DepthLimitedJSONParser
 from .serializers import (
     ErrorSerializer,
     PromiseCreateSerializer,
@@ -42,8 +43,8 @@ from .serializers import (
 def errors(*codes: int) -> dict[int, OpenApiResponse]:
     described = {
         400: "invalid request (the field is named)",
-        401: "bearer token missing or wrong (only when RESONATE API_TOKEN is set)",
-        403: "not allowed (only when RESONATE API_TOKEN is set)",
+        401: "credential missing or invalid (only when RESONATE_AUTH=required)",
+        403: "not allowed for this credential (only when RESONATE_AUTH=required)",
         404: "not found",
         409: "refused in the object's current state",
     }
@@ -53,11 +54,12 @@ def errors(*codes: int) -> dict[int, OpenApiResponse]:
 class ResourceView(GenericAPIView):
     authentication_classes = [BearerTokenAuthentication, SessionAuthentication]
     permission_classes = [ApiAccess]
-    parser_classes = [JSONParser]
+    parser_classes = [DepthLimitedJSONParser]
     renderer_classes = [JSONRenderer]
     pagination_class = IdCursorPagination
     filter_backends = [FilterBackend]
     now = 0
+    id_field = "pk"  # the column holding the protocol id
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         self.now = now_ms()  # the one clock read of this request
@@ -65,16 +67,25 @@ class ResourceView(GenericAPIView):
 
     def call(self, kind: str, data: dict[str, Any], fields: Iterable[str] = ()) -> Any:
         """Run one request kind exactly as ``POST /`` does; a refusal becomes the error reply."""
-        res = envelope.call(kind, data, self.now)
+        res = envelope.call(kind, data, self.now, principal_of(self.request))
         if not res.ok:
             message = str(res.data)
             raise ProtocolError(res.status, message, field_of(message, fields))
         return res.data
 
+    def get_queryset(self) -> QuerySet[Any]:
+        """Only ids under a prefix-limited credential's prefix (as a search through POST /)."""
+        qs = super().get_queryset()
+        principal = principal_of(self.request)
+        if principal is not None and not principal.admin and principal.prefix:
+            qs = qs.filter(**{f"{self.id_field}__startswith": principal.prefix})
+        return qs
+
     def page(self, record: Callable[[Any], dict[str, Any]]) -> Response:
         rows = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         assert rows is not None  # pagination is always on
-        return self.get_paginated_response([record(row) for row in rows])
+        assert isinstance(self.paginator, IdCursorPagination)
+        return self.get_paginated_response(self.paginator.fit(record))
 
 
 def valid(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
@@ -137,6 +148,7 @@ class PromiseSettle(ResourceView):
 
 class TaskList(ResourceView):
     queryset = Task.objects.select_related("promise")
+    id_field = "promise__id"
     filterset_class = TaskFilter
 
     @extend_schema(

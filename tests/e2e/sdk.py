@@ -62,6 +62,7 @@ class Programs:
     py_sdk: PythonSdk | None = None
     node_sdk: NodeSdk | None = None
     procs: list[Proc] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # added to every program's environment
 
     def python(self, script: str, **cfg: Any) -> Proc:
         assert self.py_sdk is not None
@@ -73,7 +74,8 @@ class Programs:
         return self._start(program, self.node_sdk.argv(program, json.dumps(cfg)))
 
     def _start(self, name: str, argv: list[str]) -> Proc:
-        proc = spawn(name, argv, env_for_programs(self.server.base_url), self.logdir)
+        env = {**env_for_programs(self.server.base_url), **self.env}
+        proc = spawn(name, argv, env, self.logdir)
         self.procs.append(proc)
         return proc
 

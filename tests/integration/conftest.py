@@ -5,6 +5,7 @@ used."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,7 +77,8 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     logdir: Path = tmp_path_factory.mktemp("embedded")
     db = logdir / "resonate.sqlite3"
-    env = base_env(f"sqlite:///{db}", None, {"RESONATE_PUSH_BEARER_TOKEN": PUSH_TOKEN})
+    credentials = json.dumps({"127.0.0.1": f"Bearer {PUSH_TOKEN}"})
+    env = base_env(f"sqlite:///{db}", None, {"RESONATE_PUSH_CREDENTIALS": credentials})
     migrate(env)
     stack = Stack(
         "embedded", f"http://127.0.0.1:{free_port()}", env, logdir, Outbox(sqlite_path=db)

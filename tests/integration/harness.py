@@ -36,6 +36,8 @@ FAR = 10**13  # a deadline nobody reaches during the session
 WAIT = 30.0  # seconds: how long any condition may take on a loaded machine
 
 PUSH_TOKEN = f"it-token-{uuid.uuid4().hex}"
+# The receivers listen on loopback, which push refuses unless allowed.
+PUSH_POLICY = {"RESONATE_PUSH_ALLOWED": "127.0.0.1"}
 
 # Small timings so the session runs quickly. The retry timeout outlives the session: a pending
 # task is never offered again on its own, so every message a test sees was caused by the test.
@@ -48,6 +50,9 @@ TIMINGS = {
     "RESONATE_RETRY_TIMEOUT_MS": "600000",
     "RESONATE_SSE_KEEPALIVE_MS": "500",
     "RESONATE_POLL_FALLBACK_MS": "1000",
+    # An SSE frame's row goes once its stream stayed open this long after the write (a stream
+    # closed sooner gets it back): tests that wait for a row to go keep their stream open.
+    "RESONATE_SSE_ACK_GRACE_MS": "1000",
 }
 
 
@@ -92,6 +97,7 @@ def base_env(database_url: str, broker_url: str | None, extra: dict[str, str]) -
         and k not in {"DATABASE_URL", "PORT", "HOST"}
     }
     env.update(TIMINGS)
+    env.update(PUSH_POLICY)
     env.update(extra)
     env["DATABASE_URL"] = database_url
     env["DJANGO_SETTINGS_MODULE"] = "resonate_project.settings"
@@ -224,6 +230,7 @@ class Stack:
     logdir: Path
     outbox: Outbox
     procs: dict[str, Proc] = field(default_factory=dict)
+    token: str | None = None  # sent as Authorization: Bearer when the server requires auth
 
     def tails(self) -> str:
         parts = []
@@ -235,7 +242,8 @@ class Stack:
     def call(self, kind: str, **data: Any) -> tuple[int, Any]:
         """POST one envelope to ``/``; returns (status, data)."""
         body = {"kind": kind, "head": {"corrId": unique("c")}, "data": data}
-        res = httpx.post(self.base_url + "/", json=body, timeout=60)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        res = httpx.post(self.base_url + "/", json=body, headers=headers, timeout=60)
         reply = res.json()
         assert reply["head"]["status"] == res.status_code, reply
         return res.status_code, reply["data"]

@@ -7,16 +7,24 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from outbox.bind import decide_bind
 from outbox.notify import celery_enabled
+from promises.conf import resonate_settings
 
 
 class Command(BaseCommand):
     help = "Serve the Resonate protocol: POST / and GET /poll/{group}/{id}."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--host", default=os.environ.get("HOST", "0.0.0.0"))
+        parser.add_argument(
+            "--host",
+            default=os.environ.get("HOST", "127.0.0.1"),
+            help="address to listen on (default: HOST, else 127.0.0.1); any non-loopback address "
+            "needs RESONATE_AUTH and DJANGO_SECRET_KEY",
+        )
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8001")))
         parser.add_argument(
             "--workers",
@@ -34,6 +42,16 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         import uvicorn
 
+        decision = decide_bind(
+            options["host"],
+            auth=resonate_settings().AUTH,
+            secret_key=settings.SECRET_KEY,
+            allowed_hosts=settings.ALLOWED_HOSTS,
+        )
+        if decision.refusals:
+            raise CommandError("\n".join(decision.refusals))
+        for warning in decision.warnings:
+            self.stderr.write(self.style.WARNING(warning))
         embedded = options["embedded"]
         if embedded is None:
             embedded = not celery_enabled()

@@ -10,6 +10,9 @@ export function settings(cfg) {
   const opts = { url: process.env.RESONATE_URL, group: cfg.group };
   if (cfg.ttl_ms) opts.ttl = cfg.ttl_ms;
   if (cfg.pid) opts.pid = cfg.pid;
+  // @resonatehq/sdk 0.11.5 reads RESONATE_TOKEN for POST / but hands only the `token` option to
+  // its SSE stream, so the token is passed explicitly.
+  if (process.env.RESONATE_TOKEN) opts.token = process.env.RESONATE_TOKEN;
   return opts;
 }
 

@@ -1,0 +1,74 @@
+"""The checks each HTTP surface makes before it acts.
+
+``POST /`` refuses what a web page in a browser could forge without a CORS preflight: a body that
+is not ``application/json`` (a form or ``text/plain`` POST, or a body with no type at all) and a
+request whose ``Origin`` is another site's. ``/poll/{group}/{id}`` needs a credential allowed to
+stream ``group`` whenever auth is required.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from promises.clock import now_ms
+from promises.conf import resonate_settings
+from promises.protocol import Response
+
+from .auth import auth_required, authenticate, bearer
+from .principal import AuthError, Principal
+
+JSON_TYPES = ("application/json",)
+
+
+def forgeable(content_type: str | None, origin: str | None, host: str | None) -> Response | None:
+    """None when ``POST /`` may proceed, else the 400/403 refusing a browser-forgeable request."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    if media not in JSON_TYPES:
+        shown = media or "none"
+        return Response(400, f"Content-Type must be application/json (got {shown})")
+    if origin is not None and not same_or_allowed_origin(origin, host):
+        return Response(403, f"requests from origin {origin!r} are not allowed")
+    return None
+
+
+def same_or_allowed_origin(origin: str, host: str | None) -> bool:
+    allowed = {o.strip().rstrip("/") for o in resonate_settings().ALLOWED_ORIGINS.split(",")}
+    if origin.rstrip("/") in allowed - {""}:
+        return True
+    if origin == "null" or not host:
+        return False
+    return urlsplit(origin).netloc.lower() == host.strip().lower()
+
+
+def _refusal(exc: AuthError | None, status: int, message: str) -> HttpResponse:
+    response = JsonResponse({"error": message}, status=status)
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="resonate"'
+    return response
+
+
+def poll_principal(request: HttpRequest) -> Principal | None:
+    """Raises AuthError (401) when auth is required and the credential is missing or bad."""
+    return authenticate(bearer(request.headers.get("Authorization")), now_ms())
+
+
+def check_poll(request: HttpRequest, group: str) -> HttpResponse | None:
+    """``GET /poll/{group}/{id}``: None when the request may stream ``group``, else the 401/403
+    response to send. Synchronous (a service credential is looked up in the database)."""
+    try:
+        principal = poll_principal(request)
+    except AuthError as exc:
+        return _refusal(exc, 401, str(exc))
+    if principal is not None and not principal.may_stream(group):
+        return _refusal(None, 403, f"this credential may not stream group {group!r}")
+    return None
+
+
+async def acheck_poll(request: HttpRequest, group: str) -> HttpResponse | None:
+    """:func:`check_poll` for async views; no thread hop when auth is not required."""
+    if not auth_required():
+        return None
+    return await sync_to_async(check_poll)(request, group)

@@ -1,0 +1,60 @@
+"""What a principal may do with a decoded protocol request. Every id a request names (``id``,
+``awaited``, ``awaiter``, ``promiseId``, a nested action's ids, every heartbeat task id) must lie
+under the principal's prefix; searches are narrowed to it (the reference server refuses them for
+prefix tokens; narrowing is more useful and reveals nothing outside the prefix)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+from promises.protocol import Response
+
+from .principal import Principal
+
+ID_FIELDS = frozenset({"id", "awaited", "awaiter", "promiseId"})
+SEARCH_KINDS = frozenset({"promise.search", "task.search", "schedule.search"})
+
+
+def named_ids(value: Any) -> Iterator[str]:
+    """Every identifier a decoded request names, nested actions included."""
+    if isinstance(value, msgspec.Struct):
+        for f in msgspec.structs.fields(value):
+            item = getattr(value, f.name)
+            if f.encode_name in ID_FIELDS and isinstance(item, str):
+                yield item
+            else:
+                yield from named_ids(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from named_ids(item)
+
+
+def forbidden(message: str) -> Response:
+    return Response(403, message)
+
+
+def authorize(kind: str, req: Any, principal: Principal | None) -> tuple[Any, Response | None]:
+    """The request to run (a search narrowed to the prefix) or the 403 that refuses it."""
+    if principal is None or principal.admin:
+        return req, None
+    if kind in SEARCH_KINDS:
+        return narrow(req, principal)
+    for id in named_ids(req):
+        if not principal.may_name(id):
+            return req, forbidden(f"{id!r} is outside this credential's prefix")
+    return req, None
+
+
+def narrow(req: Any, principal: Principal) -> tuple[Any, Response | None]:
+    prefix = principal.prefix
+    if not prefix:
+        return req, None
+    asked = req.idPrefix
+    if asked is None or prefix.startswith(asked):
+        return msgspec.structs.replace(req, idPrefix=prefix), None
+    if asked.startswith(prefix):
+        return req, None
+    return req, forbidden(f"idPrefix {asked!r} is outside this credential's prefix")
