@@ -99,6 +99,11 @@ class ResonateSettings:
     # claimed for it: if the stream closes within this window the frame is delivered again.
     SSE_MAX_STREAMS: int = 1000
     SSE_ACK_GRACE_MS: int = 15_000
+    # --- observability (docs/observability.md) ---------------------------------------------------
+    # Prometheus metrics: collected unless off; also served on their own port when METRICS_PORT
+    # is set (like the reference server's :9090), besides /metrics on the web port.
+    METRICS: bool = True
+    METRICS_PORT: int = 0
 
 
 def _coerce(raw: str, like: Any) -> Any:

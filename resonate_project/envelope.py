@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 import msgspec
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError, connection
 
 from promises.conf import resonate_settings
 from promises.protocol import Response, bad_request
@@ -18,6 +18,7 @@ from .access.principal import AuthError, Principal
 from .access.rules import authorize
 from .dispatch import DEBUG_KINDS, KINDS
 from .json_depth import depth_refusal
+from .observability.request import RequestObservation, request_scope
 
 log = logging.getLogger("resonate.envelope")
 
@@ -74,6 +75,15 @@ def respond(kind: str, corr_id: str, res: Response) -> tuple[int, bytes]:
 def handle_body(body: bytes, clock_ms: int, bearer: str | None = None) -> tuple[int, bytes]:
     """Decode one envelope, authenticate it (``head.auth``, else the ``Authorization: Bearer``
     token given as ``bearer``), run its handler at ``now``, encode the reply."""
+    with request_scope() as obs:
+        status, reply = _handle_body(body, clock_ms, bearer, obs)
+        obs.status = status
+        return status, reply
+
+
+def _handle_body(
+    body: bytes, clock_ms: int, bearer: str | None, obs: RequestObservation
+) -> tuple[int, bytes]:
     conf = resonate_settings()
     if len(body) > conf.MAX_BODY_BYTES:
         too_big = f"request body exceeds {conf.MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"
@@ -87,6 +97,7 @@ def handle_body(body: bytes, clock_ms: int, bearer: str | None = None) -> tuple[
         return respond(kind, "", bad_request(f"invalid envelope: {exc}"))
     except msgspec.DecodeError as exc:
         return respond("", "", bad_request(f"request body is not valid JSON: {exc}"))
+    obs.kind = env.kind
     corr = env.head.get("corrId", "")
     corr_id = corr if isinstance(corr, str) else ""
     token = env.head.get("auth", bearer)
@@ -94,10 +105,15 @@ def handle_body(body: bytes, clock_ms: int, bearer: str | None = None) -> tuple[
         return respond(env.kind, corr_id, bad_request("head.auth must be a string"))
     try:
         principal = authenticate(token, clock_ms)
-    except AuthError as exc:
-        return respond(env.kind, corr_id, Response(exc.status, str(exc)))
-    try:
         res = dispatch(env.kind, env.head, env.data, clock_ms, conf.DEBUG, principal)
+    except AuthError as exc:
+        res = Response(exc.status, str(exc))
+    except (OperationalError, InterfaceError) as exc:
+        # The database is unreachable or restarting: nothing was committed, and the same request
+        # can be sent again. 503 says so (500 would say the server is broken).
+        log.warning("%s: database unavailable: %s", env.kind, exc)
+        connection.close_if_unusable_or_obsolete()
+        res = Response(503, "database unavailable; retry the request")
     except Exception:
         log.exception("%s failed", env.kind)
         res = Response(500, "internal server error")

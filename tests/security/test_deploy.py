@@ -332,3 +332,15 @@ def test_ready_hides_the_database_error(server_without_database: Server) -> None
         time.sleep(0.1)
     text = server_without_database.log.read_text()
     assert f"port {port} failed" in text
+
+
+def test_a_request_while_the_database_is_down_is_a_retryable_503(
+    server_without_database: Server,
+) -> None:
+    """Found in the chaos spot checks: during a PostgreSQL outage POST / answered 500."""
+    body = {"kind": "promise.get", "head": {"corrId": "c"}, "data": {"id": "p"}}
+    res = httpx.post(server_without_database.url + "/", json=body, timeout=30)
+    assert res.status_code == 503
+    reply = res.json()
+    assert reply["head"]["status"] == 503
+    assert reply["data"] == "database unavailable; retry the request"
