@@ -12,6 +12,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
 
 from promises.conf import resonate_settings
+from promises.requests import ID_MAX_BYTES
 from resonate_project.access.gate import acheck_poll
 
 from .hub import get_hub
@@ -23,6 +24,10 @@ async def poll(request: HttpRequest, group: str, stream_id: str) -> HttpResponse
         return denied
     if request.method != "GET":
         return JsonResponse({"error": "GET this URL as text/event-stream"}, status=405)
+    for name, value in (("group", group), ("id", stream_id)):
+        if len(value.encode()) > ID_MAX_BYTES:
+            message = f"the stream's {name} must be at most {ID_MAX_BYTES} bytes of UTF-8"
+            return JsonResponse({"error": message}, status=400)
     stream = get_hub().connect(group, stream_id)
     if stream is None:
         limit = resonate_settings().SSE_MAX_STREAMS

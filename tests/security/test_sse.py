@@ -304,3 +304,13 @@ def test_a_released_frame_fences_out_the_late_confirmation(
     delivery.release([claimed], clock.now)  # e.g. its stream ended
     assert delivery.ack([claimed]) == 0  # a confirmation that arrives later deletes nothing
     assert Message.objects.filter(key="m").exists()
+
+
+def test_a_stream_address_over_the_id_limit_is_a_400(db: Any, client: Any) -> None:
+    """The group and id become Subscriber rows under a unique index: they are capped like ids."""
+    res = client.get(f"/poll/{'g' * 1025}/w1")
+    assert res.status_code == 400
+    assert "group" in res.json()["error"]
+    res = client.get(f"/poll/g/{'é' * 600}")
+    assert res.status_code == 400
+    assert "id" in res.json()["error"]
