@@ -17,7 +17,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.integration.harness import PYTHON, ROOT, Outbox, Stack, free_port, migrate
 
-from . import tools
 from .conftest import _server_env
 from .sdk import Programs, decode, unique
 
@@ -97,46 +96,35 @@ def test_a_group_limited_credential_streams_only_its_groups(secured: Stack) -> N
         secured.token = None
 
 
+def token_for(stack: Stack, credential: str, prefix: str) -> str:
+    """A credential limited to ``prefix`` and the group the programs stream."""
+    if credential == "jwt":
+        return jwt_for(aud="resonate", prefix=prefix, groups=[GROUP])
+    return service_credential(stack, unique(prefix), "--prefix", prefix, "--group", GROUP)
+
+
 @pytest.mark.parametrize("credential", ["jwt", "service"])
-def test_python_sdk_with_auth_required(
-    secured: Stack, py_sdk: tools.PythonSdk, tmp_path: Path, credential: str
+@pytest.mark.parametrize("sdk", ["python", "typescript"])
+def test_the_sdks_with_auth_required(
+    secured: Stack, request: pytest.FixtureRequest, tmp_path: Path, sdk: str, credential: str
 ) -> None:
-    token = (
-        jwt_for(aud="resonate", prefix="py-", groups=[GROUP])
-        if credential == "jwt"
-        else service_credential(secured, unique("py"), "--prefix", "py-", "--group", GROUP)
-    )
-    programs = programs_with(secured, token, tmp_path)
-    programs.py_sdk = py_sdk
+    prefix = "py-" if sdk == "python" else "ts-"
+    programs = programs_with(secured, token_for(secured, credential, prefix), tmp_path)
+    root = unique(f"{prefix}auth")
+    cfg = {"id": root, "name": "auth", "ledger": str(tmp_path / "ledger")}
     try:
-        root = unique("py-auth")
-        cfg = {"id": root, "name": "auth", "ledger": str(tmp_path / "ledger")}
-        proc = programs.python("py_hello.py", group=GROUP, **cfg)
+        if sdk == "python":
+            programs.py_sdk = request.getfixturevalue("py_sdk")
+            proc = programs.python("py_hello.py", group=GROUP, **cfg)
+        else:
+            programs.node_sdk = request.getfixturevalue("node_sdk")
+            proc = programs.node("ts_hello.mjs", group=GROUP, **cfg)
         assert programs.result(proc) == "HELLO AUTH!"
     finally:
         programs.close()
+    # the result is durable, read back with an admin credential
     secured.token = jwt_for(aud="resonate", role="admin")
     try:
         assert decode(secured.ok("promise.get", id=root)["promise"]) == "HELLO AUTH!"
     finally:
         secured.token = None
-
-
-@pytest.mark.parametrize("credential", ["jwt", "service"])
-def test_typescript_sdk_with_auth_required(
-    secured: Stack, node_sdk: tools.NodeSdk, tmp_path: Path, credential: str
-) -> None:
-    token = (
-        jwt_for(aud="resonate", prefix="ts-", groups=[GROUP])
-        if credential == "jwt"
-        else service_credential(secured, unique("ts"), "--prefix", "ts-", "--group", GROUP)
-    )
-    programs = programs_with(secured, token, tmp_path)
-    programs.node_sdk = node_sdk
-    try:
-        root = unique("ts-auth")
-        cfg = {"id": root, "name": "auth", "ledger": str(tmp_path / "ledger")}
-        proc = programs.node("ts_hello.mjs", group=GROUP, **cfg)
-        assert programs.result(proc) == "HELLO AUTH!"
-    finally:
-        programs.close()
