@@ -12,12 +12,14 @@ each protocol figure next to the database's own ceiling measured in the same run
 4. Outbox drain rate: 20,000 due messages to one connected SSE stream, and to a local HTTP
    receiver through ``outbox.push.drain_push``.
 5. Dispatch latency (bench/dispatch_latency.py): promise.create response to ``execute`` frame.
+6. Cost of metrics: pair throughput of a server with ``RESONATE_METRICS`` on over one with it
+   off, each started afresh per run in ABBA order (on, off, off, on, ...); the ratio of medians.
 
 It creates a fresh database ``resonate_bench_<random>`` on the server at ``--pg-url``, migrates it,
 and drops it at the end. All load goes to 127.0.0.1; every loop is bounded in count and time.
 Prints one table and writes bench/results/latest.json.
 
-    .venv/bin/python bench/run.py [--quick] [--only ceiling,http,sweep,drain,dispatch]
+    .venv/bin/python bench/run.py [--quick] [--only ceiling,http,sweep,drain,dispatch,metrics]
     .venv/bin/python bench/run.py --markdown bench/results/latest.json   # the table as Markdown
 """
 
@@ -53,7 +55,7 @@ PY = str(ROOT / ".venv" / "bin" / "python")
 RESULTS = BENCH / "results" / "latest.json"
 HOUR = 3_600_000
 
-SECTIONS = ("ceiling", "http", "dispatch", "drain", "sweep")
+SECTIONS = ("ceiling", "http", "dispatch", "drain", "sweep", "metrics")
 
 
 def log(msg: str) -> None:
@@ -176,7 +178,9 @@ def serve_has_workers() -> bool:
 class Server:
     """``manage.py serve --no-embedded`` on a free port of 127.0.0.1, against the bench database."""
 
-    def __init__(self, db: Database, workers: int | None = None) -> None:
+    def __init__(
+        self, db: Database, workers: int | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [PY, "manage.py", "serve", "--no-embedded", "--host", "127.0.0.1"]
@@ -185,7 +189,7 @@ class Server:
             cmd += ["--workers", str(workers)]
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env_for(db), stdout=self.log, stderr=subprocess.STDOUT
+            cmd, cwd=ROOT, env=env_for(db, **(env or {})), stdout=self.log, stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -318,6 +322,26 @@ def http(db: Database, seconds: int, conns: list[int], half_seconds: int) -> dic
         out[workload] = {"best": best, "half_rate": half}
     db.reset()
     return out
+
+
+def metrics_cost(db: Database, seconds: int, rounds: int, conns: int = 8) -> dict[str, Any]:
+    """Pair throughput with metrics on over off: one server at a time, started afresh for each
+    run in ABBA order (on, off, off, on, ...), so neither a drift in the machine's load nor what
+    a process accumulates favours one side. (Two servers side by side differed by ~15 % with the
+    same settings: the slot, not the setting, decided.)"""
+    rps: dict[str, list[float]] = {"on": [], "off": []}
+    for i in range(rounds):
+        for key in ("on", "off") if i % 2 == 0 else ("off", "on"):
+            env = {"RESONATE_METRICS": "true" if key == "on" else "false"}
+            with Server(db, 1, env) as server:
+                wrk(server.url, "pair", 4, 2)  # warm up
+                r = wrk(server.url, "pair", conns, seconds)
+            rps[key].append(r["rps"])
+            log(f"metrics {key:3s}: {r['rps']:7.0f} req/s (non200 {r['non200']})")
+    medians = {k: sorted(v)[len(v) // 2] for k, v in rps.items()}
+    db.reset()
+    ratio = medians["on"] / medians["off"]
+    return {"rps": rps, "on": medians["on"], "off": medians["off"], "ratio": ratio}
 
 
 # --- 3. timeout sweep ---------------------------------------------------------------------------
@@ -571,6 +595,16 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 met(d["dispatch_p99_ms"] <= 100),
             )
         )
+    if "metrics" in res:
+        m = res["metrics"]
+        rows.append(
+            (
+                "6 pair throughput, metrics on / off (medians)",
+                f"{m['ratio']:.3f} ({fmt(m['on'])} / {fmt(m['off'])} req/s)",
+                "≥ 0.95",
+                met(m["ratio"] >= 0.95),
+            )
+        )
     if "dispatch" in res and "from_request_p50_ms" in res["dispatch"]:
         rows.append(
             (
@@ -645,6 +679,8 @@ def main() -> None:
             res["drain"] = {"sse": sse_drain(db, n, 60), "push": push_drain(db, n, 30)}
             rates = {k: f"{v['per_s']:.0f}/s" for k, v in res["drain"].items()}
             log(f"drain: {rates}")
+        if "metrics" in only:
+            res["metrics"] = metrics_cost(db, 3 if q else 5, 3 if q else 5)
         if "sweep" in only:
             count, settled = (20_000, 200_000) if q else (100_000, 1_000_000)
             res["sweep"] = sweep(db, count, settled, 240)

@@ -32,6 +32,9 @@ from .operations import resend
 
 ERROR_CHARS = 80  # of last_error in the list
 
+# The index links to the operator overview (outbox/dashboard.py) above the apps.
+admin.site.index_template = "admin/resonate_index.html"
+
 
 class TransportFilter(admin.SimpleListFilter):
     title = "transport"

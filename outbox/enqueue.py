@@ -13,6 +13,8 @@ from typing import Any
 
 from django.db import connection
 
+from resonate_project.observability import metrics
+
 from . import notify
 from .delivery import is_push, poll_route
 from .models import Message
@@ -48,6 +50,7 @@ def _upsert(
     with connection.cursor() as cursor:
         route = poll_route(address)
         cursor.execute(_sql(), [key, kind, address, task_id, version, payload, now, now, route])
+    metrics.record_message(kind)
     notify.after_commit(push=is_push(address))
 
 

@@ -59,6 +59,7 @@ from django.db.models import Q
 from promises.addresses import parse_poll
 from promises.clock import now_ms
 from promises.conf import resonate_settings
+from resonate_project.observability import metrics
 
 from . import delivery, notify
 from .delivery import Claimed, stream_routes
@@ -192,6 +193,7 @@ class Hub:
                 return None
             self._streams[key] = stream
             self._changes += 1
+            metrics.set_sse_streams(len(self._streams))
             if old is None:
                 self._gone.discard(key)
                 self._new.add(key)
@@ -209,6 +211,7 @@ class Hub:
             if self._streams.get(key) is stream:
                 del self._streams[key]
                 self._changes += 1
+                metrics.set_sse_streams(len(self._streams))
                 self._new.discard(key)
                 self._gone.add(key)
             self._releases.extend(held)
@@ -265,6 +268,8 @@ class Hub:
         delivery.ack(acks)
         now = self.clock()
         delivery.release(releases, now)
+        metrics.record_deliveries("sse", delivered=len(acks))
+        metrics.record_redeliveries("sse", len(releases))
         for group, stream_id in gone:
             Subscriber.objects.filter(group=group, stream_id=stream_id, process=PROCESS).delete()
         # The registry is refreshed on connect and then once per fallback interval, not on every

@@ -77,3 +77,16 @@ class Subscriber(models.Model):
 
     def __str__(self) -> str:
         return f"{self.group}/{self.stream_id}@{self.process}"
+
+
+class RequestMinute(models.Model):
+    """``POST /`` requests answered in one minute, by status class, summed over every web process
+    (each adds what it counted, ``outbox.traffic``). Kept for a day, for the operator overview."""
+
+    minute_ms = models.BigIntegerField(primary_key=True, help_text="ms: the minute's start")
+    ok = models.IntegerField(default=0, help_text="answered below 400")
+    client_errors = models.IntegerField(default=0, help_text="answered 4xx")
+    server_errors = models.IntegerField(default=0, help_text="answered 5xx")
+
+    def __str__(self) -> str:
+        return str(self.minute_ms)

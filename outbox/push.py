@@ -47,18 +47,22 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 from django.db.models import Q
+from opentelemetry import context, propagate, trace
 from yarl import URL
 
 from promises import addresses
 from promises.addresses import PUSH_Q, Allowlist
 from promises.clock import now_ms
 from promises.conf import ResonateSettings, resonate_settings
+from resonate_project.observability import metrics
 
 from . import delivery
 from .delivery import Claimed
 from .models import Message
 
 log = logging.getLogger("resonate.push")
+# The OpenTelemetry API: a no-op unless resonate_project.observability.tracing installed a provider.
+_tracer = trace.get_tracer("resonate.push")
 T = TypeVar("T")
 
 # How long a drain with free slots waits for more requests to finish before it claims again
@@ -160,7 +164,24 @@ class Outcome:
     reached: bool = True  # False: no answer (refused, unreachable, hung up, timed out)
 
 
-async def _post(sender: _Sender, conf: ResonateSettings, item: Claimed) -> Outcome:
+async def _post(
+    sender: _Sender, conf: ResonateSettings, item: Claimed, trace_headers: dict[str, str]
+) -> Outcome:
+    """``trace_headers``: the drain's W3C trace context (empty when tracing is off). The request
+    runs on the push loop's thread, so the context is attached here, where the aiohttp client
+    instrumentation (if on) finds it for its span; without it, the headers go as they are."""
+    if not trace_headers:
+        return await _send(sender, conf, item, {})
+    token = context.attach(propagate.extract(trace_headers))
+    try:
+        return await _send(sender, conf, item, dict(trace_headers))
+    finally:
+        context.detach(token)
+
+
+async def _send(
+    sender: _Sender, conf: ResonateSettings, item: Claimed, headers: dict[str, str]
+) -> Outcome:
     allowed = addresses.parse_allowed(conf.PUSH_ALLOWED)
     refusal = addresses.push_refusal(item.address, allowed, names=False)
     try:
@@ -171,7 +192,6 @@ async def _post(sender: _Sender, conf: ResonateSettings, item: Claimed) -> Outco
     refusal = refusal or addresses.host_refusal(url.raw_host or "", allowed, names=False)
     if refusal is not None:
         return Outcome(f"refused: address {item.address} {refusal}", False)
-    headers = {}
     credential = addresses.credential_for(
         addresses.parse_credentials(conf.PUSH_CREDENTIALS), url.raw_host or "", url.explicit_port
     )
@@ -220,6 +240,7 @@ class _Pump:
     conf: ResonateSettings
     sender: _Sender
     limit: int
+    trace_headers: dict[str, str] = field(default_factory=dict)
     in_flight: dict[Future[Outcome], tuple[Claimed, str]] = field(default_factory=dict)
     busy: Counter[str] = field(default_factory=Counter)
     cooling: dict[str, int] = field(default_factory=dict)  # destination -> until (ms)
@@ -267,10 +288,11 @@ class _Pump:
             return
         items = delivery.claim(PUSH_Q & Q(key__in=keys), now, len(keys))
         self.claimed += len(items)
+        metrics.add_push_in_flight(len(items))
         for item in items:
             dest = destination(item.address)
             self.busy[dest] += 1
-            future = self.sender.submit(_post(self.sender, self.conf, item))
+            future = self.sender.submit(_post(self.sender, self.conf, item, self.trace_headers))
             self.in_flight[future] = (item, dest)
 
     def wait(self, refill_at: int) -> None:
@@ -285,6 +307,7 @@ class _Pump:
                 return
             done, _ = wait(self.in_flight, timeout=timeout, return_when=FIRST_COMPLETED)
             finished += len(done)
+            metrics.add_push_in_flight(-len(done))
             for future in done:
                 item, dest = self.in_flight.pop(future)
                 self.busy[dest] -= 1
@@ -297,6 +320,7 @@ class _Pump:
 
     def settle(self) -> None:
         delivered = []
+        retried = 0
         now = now_ms()
         for item, dest, outcome in self.finished:
             if outcome.error is None:
@@ -315,10 +339,14 @@ class _Pump:
                     outcome.error,
                 )
             else:
+                retried += 1
                 log.info(
                     "push to %s failed (attempt %d): %s", item.address, item.attempts, outcome.error
                 )
         delivery.ack(delivered)
+        failed = len(self.finished) - len(delivered)
+        metrics.record_deliveries("push", delivered=len(delivered), failed=failed)
+        metrics.record_redeliveries("push", retried)
         self.finished.clear()
 
 
@@ -327,4 +355,10 @@ def drain_push(limit: int, max_seconds: float | None = None) -> int:
     claimed. Returns when nothing is due and nothing is in flight (or, with ``max_seconds``,
     claims nothing after that long and returns once what is in flight has finished)."""
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
-    return _Pump(resonate_settings(), _get_sender(), limit).run(deadline)
+    with _tracer.start_as_current_span("resonate drain") as span:
+        trace_headers: dict[str, str] = {}
+        propagate.inject(trace_headers)  # nothing when tracing is off
+        pump = _Pump(resonate_settings(), _get_sender(), limit, trace_headers)
+        claimed = pump.run(deadline)
+        span.set_attribute("resonate.claimed", claimed)
+        return claimed

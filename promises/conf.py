@@ -104,6 +104,8 @@ class ResonateSettings:
     # is set (like the reference server's :9090), besides /metrics on the web port.
     METRICS: bool = True
     METRICS_PORT: int = 0
+    # Where the METRICS_PORT listener binds. It asks for no credential: keep it off public networks.
+    METRICS_HOST: str = "127.0.0.1"
 
 
 def _coerce(raw: str, like: Any) -> Any:

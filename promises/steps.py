@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from resonate_project.observability import metrics
+
 from . import services
 from .effects import Effects, finish
 from .models import Listener, Promise, PromiseState
@@ -23,11 +25,13 @@ def promise_timeouts(now: int, limit: int) -> int:
             .filter(state=PromiseState.PENDING, external=True, timeout_at__lte=now)
             .order_by("timeout_at")[:limit]
         )
+        deadlines = [p.timeout_at for p in due]
         fx = Effects()
         for p in due:
             services.time_out(p, fx)
         finish(fx, now, inline=True)
-        return len(due)
+    metrics.record_lag("promise_timeouts", now, deadlines)
+    return len(due)
 
 
 def listener_drain(now: int, limit: int) -> int:

@@ -7,15 +7,20 @@ Django's one shared sync thread, which serialises concurrent requests. Everythin
 ``resonate_project.api.envelope`` as an ordinary view.
 """
 
+import asyncio
 import os
 from typing import Any
 
 from django.core.asgi import get_asgi_application
 
+from resonate_project.observability import tracing
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_project.settings")
 
+tracing.configure()  # before the handler is built: it instruments Django's middleware
 django_application = get_asgi_application()
 
+from outbox import traffic  # noqa: E402  (needs the app registry ready)
 from promises.conf import resonate_settings  # noqa: E402  (needs the app registry ready)
 from resonate_project.api import answer, refuse_http, too_large  # noqa: E402
 
@@ -61,7 +66,24 @@ async def poll_application(scope: dict[str, Any], receive: Any, send: Any) -> No
     await django_application.handle(scope, receive, send)
 
 
+async def lifespan(receive: Any, send: Any) -> None:
+    """Each web process (``serve`` runs uvicorn with the lifespan on) starts the thread that writes
+    its request counts for the operator overview, and flushes them once more when it stops."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            traffic.start()
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await asyncio.to_thread(traffic.stop)
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return
     if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/":
         headers = _headers(scope)
         refused = refuse_http(headers, check_host=True)

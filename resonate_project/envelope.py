@@ -15,7 +15,7 @@ from promises.protocol import Response, bad_request
 
 from .access.auth import authenticate
 from .access.principal import AuthError, Principal
-from .access.rules import authorize
+from .access.rules import authorize, named_ids
 from .dispatch import DEBUG_KINDS, KINDS
 from .json_depth import depth_refusal
 from .observability.request import RequestObservation, request_scope
@@ -99,13 +99,13 @@ def _handle_body(
         return respond("", "", bad_request(f"request body is not valid JSON: {exc}"))
     obs.kind = env.kind
     corr = env.head.get("corrId", "")
-    corr_id = corr if isinstance(corr, str) else ""
+    corr_id = obs.corr_id = corr if isinstance(corr, str) else ""
     token = env.head.get("auth", bearer)
     if token is not None and not isinstance(token, str):
         return respond(env.kind, corr_id, bad_request("head.auth must be a string"))
     try:
         principal = authenticate(token, clock_ms)
-        res = dispatch(env.kind, env.head, env.data, clock_ms, conf.DEBUG, principal)
+        res = dispatch(env.kind, env.head, env.data, clock_ms, conf.DEBUG, principal, obs)
     except AuthError as exc:
         res = Response(exc.status, str(exc))
     except (OperationalError, InterfaceError) as exc:
@@ -127,9 +127,10 @@ def dispatch(
     clock_ms: int,
     debug: bool,
     principal: Principal | None = None,
+    obs: RequestObservation | None = None,
 ) -> Response:
     """Run one request kind; ``principal`` None means unrestricted (auth not required, or a
-    trusted in-process caller)."""
+    trusted in-process caller). ``obs`` receives the ids the request names."""
     if not isinstance(head.get("corrId", ""), str):
         return bad_request("head.corrId must be a string")
     version = head.get("version")
@@ -165,6 +166,8 @@ def dispatch(
         return bad_request(f"invalid data: {_field_error(exc)}")
     except msgspec.DecodeError as exc:
         return bad_request(f"data is not valid JSON: {exc}")
+    if obs is not None and obs.detailed:
+        obs.ids = list(named_ids(req))
     req, refusal = authorize(kind, req, principal)
     if refusal is not None:
         return refusal

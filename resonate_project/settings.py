@@ -176,10 +176,19 @@ RESONATE = {
     "DEBUG": _env_bool("RESONATE_DEBUG"),
 }
 
+# LOG_FORMAT=json: one JSON object per line, plus one line per envelope request
+# (docs/observability.md, "Logs"); plain text otherwise.
+LOG_FORMAT = "json" if os.environ.get("LOG_FORMAT", "").strip().lower() == "json" else "text"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"json": {"()": "resonate_project.observability.logs.JsonFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            **({"formatter": "json"} if LOG_FORMAT == "json" else {}),
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     # Protocol refusals (4xx) are answers, not incidents.
     "loggers": {

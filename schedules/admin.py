@@ -3,6 +3,8 @@ fire now / delete. See ``promises/admin.py`` for the rules every console page fo
 
 from __future__ import annotations
 
+from typing import Any
+
 from cron_descriptor import Options, get_description
 from django.contrib import admin
 from django.contrib.admin.models import DELETION
@@ -23,6 +25,7 @@ from promises.admin import (
     plural,
     pretty_json,
     promise_state_html,
+    request_now,
     schedule_promises,
     seen_at,
     when,
@@ -58,10 +61,27 @@ def upcoming(s: Schedule, count: int) -> list[int]:
     return times
 
 
+class DueFilter(admin.SimpleListFilter):
+    """Schedules whose next run has passed: the schedule step fires them at the next tick; one
+    that stays here means the steps are not running."""
+
+    title = "next run"
+    parameter_name = "due"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("overdue", "past, not fired yet")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "overdue":
+            return queryset.filter(next_run_at__lte=request_now(request))
+        return queryset
+
+
 @admin.register(Schedule)
 class ScheduleAdmin(OperatorAdmin[Schedule]):
     act_permission = "schedules.act_on_schedule"
     list_display = ("id", "cron", "words_column", "next_column", "last_column", "promise_id")
+    list_filter = (DueFilter,)
     search_fields = ("id",)
     search_help_text = "A schedule id prefix."
     ordering = ("id",)

@@ -9,6 +9,7 @@ from promises.conf import resonate_settings
 from promises.effects import Effects, finish
 from promises.requests import PromiseCreateReq, Value, later
 from promises.tags import BRANCH, SCHEDULE
+from resonate_project.observability import metrics
 
 from . import cron
 from .models import Schedule
@@ -20,6 +21,7 @@ def schedule_fire(now: int, limit: int) -> int:
     ``SCHEDULE_CATCHUP_BATCH`` per schedule per call; returns the occurrences fired."""
     per_schedule = resonate_settings().SCHEDULE_CATCHUP_BATCH
     fired = 0
+    instants: list[int] = []
     with transaction.atomic():
         due = list(
             Schedule.objects.select_for_update(skip_locked=True)
@@ -31,6 +33,7 @@ def schedule_fire(now: int, limit: int) -> int:
             instant, count = s.next_run_at, 0
             while instant <= now and count < per_schedule and fired < limit:
                 occur(s, instant, fx)
+                instants.append(instant)
                 s.last_run_at = instant
                 instant = cron.next_after(s.cron, instant)
                 count += 1
@@ -38,6 +41,7 @@ def schedule_fire(now: int, limit: int) -> int:
             s.next_run_at = instant
             s.save(update_fields=["last_run_at", "next_run_at"])
         finish(fx, now, inline=True)
+    metrics.record_lag("schedule_fire", now, instants)
     return fired
 
 
@@ -56,6 +60,7 @@ def occur(s: Schedule, instant: int, fx: Effects) -> None:
         tags={**s.promise_tags, **occurrence_tags(s.id, promise_id)},
     )
     services.create_with_task(req, instant, fx)
+    metrics.record_schedule_promise()
 
 
 def occurrence_tags(schedule_id: str, promise_id: str) -> dict[str, str]:

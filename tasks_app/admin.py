@@ -73,6 +73,22 @@ class LeaseFilter(admin.SimpleListFilter):
         return queryset
 
 
+class RetryFilter(admin.SimpleListFilter):
+    """Pending tasks whose retry time has passed: the retry step dispatches them at the next tick;
+    one that stays here means the steps are not running."""
+
+    title = "retry"
+    parameter_name = "retry"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("overdue", "past its retry time")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "overdue":
+            return queryset.filter(state=TaskState.PENDING, retry_at__lte=request_now(request))
+        return queryset
+
+
 class TaskTargetFilter(TargetGroupFilter):
     field = "promise__target"
 
@@ -90,7 +106,7 @@ class TaskAdmin(OperatorAdmin[Task]):
         "resumes_column",
         "promise_column",
     )
-    list_filter = (ViewedStateFilter, LeaseFilter, TaskTargetFilter)
+    list_filter = (ViewedStateFilter, LeaseFilter, RetryFilter, TaskTargetFilter)
     search_fields = ("promise__id",)
     search_help_text = "A task id prefix, or a worker pid (exact)."
     ordering = ("promise_id",)

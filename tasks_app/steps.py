@@ -7,15 +7,18 @@ Each step is ``(now, limit) -> count``: one transaction claiming at most ``limit
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from django.db import transaction
+from opentelemetry import trace
 
 from promises import services
 from promises.effects import Effects, finish
 from promises.models import Callback, Promise
 from promises.protocol import is_live
 from promises.steps import listener_drain, promise_timeouts
+from resonate_project.observability import metrics
 from schedules.steps import schedule_fire
 
 from . import transitions
@@ -46,6 +49,7 @@ def lease_expiry(now: int, limit: int) -> int:
     instead, which fulfils it."""
     with transaction.atomic():
         due = _due_tasks(TaskState.ACQUIRED, "expires_at", now, limit)
+        deadlines = [task.expires_at or now for task, _ in due]  # before they change
         fx = Effects()
         for task, p in due:
             if is_live(p, now):
@@ -53,7 +57,8 @@ def lease_expiry(now: int, limit: int) -> int:
             else:
                 services.time_out(p, fx)
         finish(fx, now, inline=True)
-        return len(due)
+    metrics.record_lag("lease_expiry", now, deadlines)
+    return len(due)
 
 
 def retry_dispatch(now: int, limit: int) -> int:
@@ -61,6 +66,7 @@ def retry_dispatch(now: int, limit: int) -> int:
     the dead (C5): a task whose promise is dead gets its timeout applied instead."""
     with transaction.atomic():
         due = _due_tasks(TaskState.PENDING, "retry_at", now, limit)
+        deadlines = [task.retry_at or now for task, _ in due]  # before they change
         fx = Effects()
         for task, p in due:
             if is_live(p, now):
@@ -68,7 +74,8 @@ def retry_dispatch(now: int, limit: int) -> int:
             else:
                 services.time_out(p, fx)
         finish(fx, now, inline=True)
-        return len(due)
+    metrics.record_lag("retry_dispatch", now, deadlines)
+    return len(due)
 
 
 def callback_drain(now: int, limit: int) -> int:
@@ -102,12 +109,28 @@ STEPS: tuple[Step, ...] = (
 )
 
 
+# The OpenTelemetry API: a no-op unless resonate_project.observability.tracing installed a provider.
+_tracer = trace.get_tracer("resonate.steps")
+
+
 def run_due(now: int, limit: int) -> int:
     """Run every internal step until none finds a full batch; returns the rows processed."""
+    # One trace per tick: its steps, and their queries, are children rather than traces each.
+    with _tracer.start_as_current_span("resonate tick") as span:
+        total = _run_steps(now, limit)
+        span.set_attribute("resonate.rows", total)
+        return total
+
+
+def _run_steps(now: int, limit: int) -> int:
     total = 0
     for step in STEPS:
         while True:
-            n = step(now, limit)
+            started = time.perf_counter()
+            with _tracer.start_as_current_span(f"resonate step {step.__name__}") as span:
+                n = step(now, limit)
+                span.set_attribute("resonate.rows", n)
+            metrics.record_step(step.__name__, n, time.perf_counter() - started)
             total += n
             if n < limit:
                 break

@@ -3,7 +3,8 @@ server: log in, find a promise by id, resolve it, and see the new state and the 
 
 Without Chromium the test is skipped with the reason, except under ``CI=true``, where that is a
 failure. With ``RESONATE_SCREENSHOT=1`` it also writes ``docs/admin-promises.png`` (the README's
-picture of the promise list), so an ordinary run never rewrites it.
+picture of the promise list) and ``docs/admin-overview.png`` (the operator overview), so an
+ordinary run never rewrites them.
 
 The database is prepared before the browser starts and read after it stops: Playwright's sync API
 keeps an event loop in this thread, and Django refuses ORM calls from a thread with one.
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
+from outbox import traffic
 from outbox.models import Message
 from promises.clock import now_ms
 from promises.models import Promise
@@ -38,6 +40,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "admin-promises.png"
+OVERVIEW_SCREENSHOT = SCREENSHOT.with_name("admin-overview.png")
 WORKERS = "poll://any@workers"
 PASSWORD = "correct horse battery staple"
 DAY = 86_400_000
@@ -204,3 +207,83 @@ def test_an_operator_resolves_a_promise_from_the_admin_and_the_task_resumes(
     task = Task.objects.get(pk="order-1042")
     assert (task.state, task.version, task.resumes) == ("pending", 1, ["approval-42"])
     assert Message.objects.filter(kind="execute", task_id="order-1042", version=1).exists()
+
+
+def an_hour_of_traffic(now: int) -> None:
+    """Requests per minute over the last hour, with some 4xx and a few 5xx, counted and flushed
+    as a web process does."""
+    traffic.take()
+    for minutes_ago in range(60):
+        at = now - minutes_ago * 60_000
+        for i in range(40 + (minutes_ago * 7) % 25):
+            traffic.record(200, at + i)
+        for i in range(3 if minutes_ago % 4 == 0 else 0):
+            traffic.record(404, at + i)
+        for i in range(2 if minutes_ago % 11 == 3 else 0):
+            traffic.record(503, at + i)
+    traffic.flush(now)
+
+
+def failing_push(now: int) -> None:
+    for key, address, attempts, error, dead_at in (
+        ("pay-1", "https://payments.example.com/run", 6, "503 Service Unavailable", None),
+        ("pay-2", "https://payments.example.com/run", 50, "timed out after 10000 ms", now - 9_000),
+        ("ship-1", "https://shipping.example.com/hook", 3, "connection refused", None),
+    ):
+        Message.objects.create(
+            key=key,
+            kind="unblock",
+            address=address,
+            promise={"id": key, "state": "resolved"},
+            created_at=now - 600_000,
+            next_attempt_at=now + 30_000,
+            attempts=attempts,
+            last_error=error,
+            dead_at=dead_at,
+        )
+
+
+def test_an_operator_opens_the_overview_from_the_admin_index(api: Api, live_server: Any) -> None:
+    require_chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    User.objects.create_superuser("ops", "ops@example.com", PASSWORD)
+    now = now_ms()
+    a_working_day(api, now)
+    failing_push(now)
+    an_hour_of_traffic(now)
+    admin = f"{live_server.url}/admin/"
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.goto(admin)
+            page.fill("#id_username", "ops")
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            page.click("#resonate-overview-link a:text-is('Overview')")
+
+            expect(page.locator("h1")).to_have_text("Overview")
+            states = page.locator("#promise-states")
+            expect(states.locator("tr[data-state=rejected_timedout] a")).to_have_text("1")
+            expect(states.locator("tr[data-state=pending] a")).to_have_text("3")
+            expect(page.locator("#task-states tr[data-state=suspended] a")).to_have_text("1")
+            expect(page.locator("svg.resonate-chart g.minute")).to_have_count(60)
+            expect(page.locator("#dead-letters a")).to_have_text("1")
+            expect(page.locator("#failing")).to_contain_text("https://payments.example.com")
+            expect(page.locator("#failing")).to_contain_text("timed out after 10000 ms")
+
+            page.click("#dead-letters a")
+            expect(page.locator("#result_list tbody tr")).to_have_count(1)
+            expect(page.locator("#result_list")).to_contain_text("pay-2")
+            if os.environ.get("RESONATE_SCREENSHOT") == "1":
+                page.go_back()
+                page.click("#toggle-nav-sidebar")
+                page.mouse.move(0, 0)
+                OVERVIEW_SCREENSHOT.parent.mkdir(exist_ok=True)
+                page.screenshot(path=str(OVERVIEW_SCREENSHOT), full_page=True)
+        finally:
+            browser.close()

@@ -39,9 +39,26 @@ class Command(BaseCommand):
             help="run steps and push delivery in-process (default: when no broker is set)",
         )
 
+    def _metrics(self, workers: int) -> None:
+        # This process supervises the workers: with PROMETHEUS_MULTIPROC_DIR its listener serves
+        # them all; without it, only one process's metrics can be seen (docs/observability.md).
+        from resonate_project.observability import export, metrics
+
+        if workers > 1 and not metrics.MULTIPROCESS and resonate_settings().METRICS:
+            self.stderr.write(
+                self.style.WARNING(
+                    "metrics: set PROMETHEUS_MULTIPROC_DIR to an empty directory to aggregate "
+                    "the web processes' metrics; each /metrics shows one process otherwise"
+                )
+            )
+        export.start_exporter()
+
     def handle(self, *args: Any, **options: Any) -> None:
         import uvicorn
 
+        from resonate_project.observability import tracing
+
+        tracing.configure()  # this process (the embedded threads); each web process does too
         decision = decide_bind(
             options["host"],
             auth=resonate_settings().AUTH,
@@ -60,6 +77,7 @@ class Command(BaseCommand):
 
             embedded_server.start()
         workers = 1 if embedded else max(1, options["workers"])
+        self._metrics(workers)
         mode = "embedded" if embedded else f"web x{workers} (Celery runs steps and push)"
         self.stdout.write(
             f"django-resonate serving on http://{options['host']}:{options['port']} ({mode})"
@@ -69,7 +87,7 @@ class Command(BaseCommand):
             host=options["host"],
             port=options["port"],
             log_level=os.environ.get("UVICORN_LOG_LEVEL", "warning"),
-            lifespan="off",
+            lifespan="on",  # starts each web process's request-count flusher (asgi.py)
             workers=workers,
             # Open SSE streams never end by themselves: do not wait for them at shutdown.
             timeout_graceful_shutdown=2,

@@ -1,0 +1,385 @@
+"""The operator overview (``/admin/overview/``): the numbers an operator looks at first, each a
+link to the admin list that shows its rows. Every number is one grouped query at one ``now`` (the
+same filters the lists use), so the page costs a fixed handful of queries however large the
+tables are. Sections follow the admin's view permissions; the request rate is shown to any staff
+user who may see at least one of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db.models import Case, CharField, Count, Max, Min, Model, Q, Sum, Value, When
+from django.db.models.functions import StrIndex, Substr
+from django.db.models.lookups import GreaterThan
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from promises.addresses import PUSH_Q
+from promises.admin import changelist_url, duration, request_now, state_badge
+from promises.handlers import PROMISE_STATES, projected_state_q
+from promises.models import Promise
+from schedules.models import Schedule
+from tasks_app.handlers import TASK_STATES, viewed_state_q
+from tasks_app.models import Task, TaskState
+
+from .models import Message, RequestMinute
+from .traffic import MINUTE_MS
+
+WINDOW_MINUTES = 60
+FAILING_SHOWN = 10
+ERROR_CHARS = 120
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number and the admin list that shows its rows; ``oldest`` is an age in ms, if any."""
+
+    label: str
+    count: int
+    url: str
+    oldest: int | None = None
+    badge: SafeString | None = None
+
+    @property
+    def age(self) -> str:
+        return "" if self.oldest is None else duration(self.oldest)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    transport: str
+    live: Figure
+    due: Figure
+
+
+@dataclass(frozen=True)
+class Destination:
+    """A push destination (scheme and host) with messages tried more than once."""
+
+    name: str
+    messages: int
+    dead: int
+    attempts: int
+    last_error: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Minute:
+    start: int
+    ok: int
+    client_errors: int
+    server_errors: int
+
+    @property
+    def total(self) -> int:
+        return self.ok + self.client_errors + self.server_errors
+
+
+# --- selectors (one grouped query each) -----------------------------------------------------------
+
+
+def by_state(model: type[Model], states: tuple[str, ...], q: Any, now: int) -> dict[str, int]:
+    """Rows per state, ``q(state, now)`` deciding each (the admin filters' own predicates)."""
+    state = Case(*(When(q(s, now), then=Value(s)) for s in states), output_field=CharField())
+    rows = model._default_manager.annotate(_state=state).values("_state").annotate(n=Count("pk"))
+    counts = {row["_state"]: row["n"] for row in rows.order_by()}
+    return {s: counts.get(s, 0) for s in states}
+
+
+def promise_states(now: int) -> list[Figure]:
+    counts = by_state(Promise, PROMISE_STATES, projected_state_q, now)
+    return [
+        Figure(s, n, changelist_url(Promise, state=s), badge=state_badge(s))
+        for s, n in counts.items()
+    ]
+
+
+def task_states(now: int) -> list[Figure]:
+    counts = by_state(Task, TASK_STATES, viewed_state_q, now)
+    return [
+        Figure(s, n, changelist_url(Task, state=s), badge=state_badge(s)) for s, n in counts.items()
+    ]
+
+
+def requests_per_minute(now: int) -> list[Minute]:
+    """The last ``WINDOW_MINUTES`` minutes, the current one last, zeros where nothing was
+    written."""
+    last = now // MINUTE_MS * MINUTE_MS
+    first = last - (WINDOW_MINUTES - 1) * MINUTE_MS
+    window = RequestMinute.objects.filter(minute_ms__gte=first, minute_ms__lte=last)
+    rows = {r.minute_ms: r for r in window}
+    minutes = []
+    for start in range(first, last + 1, MINUTE_MS):
+        r = rows.get(start)
+        minutes.append(
+            Minute(start, 0, 0, 0)
+            if r is None
+            else Minute(start, r.ok, r.client_errors, r.server_errors)
+        )
+    return minutes
+
+
+TRANSPORT = Case(
+    When(PUSH_Q, then=Value("push")),
+    When(address__startswith="poll://", then=Value("poll")),
+    default=Value("other"),
+    output_field=CharField(),
+)
+
+
+def outbox_backlog(now: int) -> tuple[list[Backlog], Figure]:
+    """Live messages per transport (all, and due now with the oldest one's age), and the dead
+    letters."""
+    live = Q(dead_at__isnull=True)
+    due = live & Q(next_attempt_at__lte=now)
+    rows = (
+        Message.objects.annotate(_transport=TRANSPORT)
+        .values("_transport")
+        .annotate(
+            live=Count("pk", filter=live),
+            due=Count("pk", filter=due),
+            oldest_due=Min("created_at", filter=due),
+            dead=Count("pk", filter=Q(dead_at__isnull=False)),
+        )
+        .order_by()
+    )
+    found = {r["_transport"]: r for r in rows}
+    backlog = []
+    for transport in ("poll", "push"):
+        r = found.get(transport)
+        waiting, due_now, oldest_due = (
+            (0, 0, None) if r is None else (r["live"], r["due"], r["oldest_due"])
+        )
+        waiting_url = changelist_url(Message, transport=transport, dead="no")
+        due_url = changelist_url(Message, transport=transport, due="now")
+        oldest = None if oldest_due is None else now - oldest_due
+        backlog.append(
+            Backlog(
+                transport,
+                Figure("waiting", waiting, waiting_url),
+                Figure("due now", due_now, due_url, oldest),
+            )
+        )
+    dead = sum(r["dead"] for r in found.values())
+    return backlog, Figure("dead letters", dead, changelist_url(Message, dead="yes"))
+
+
+def destination() -> Case:
+    """``scheme://host[:port]`` of an http(s) address, in SQL on both databases: everything up to
+    the first ``/`` after the 8th character (``https://`` is 8 long; ``http://h`` is too)."""
+    slash = StrIndex(Substr("address", 9), Value("/"))
+    return Case(
+        When(GreaterThan(slash, 0), then=Substr("address", 1, slash + 7)),
+        default="address",
+        output_field=CharField(),
+    )
+
+
+def failing_destinations() -> list[Destination]:
+    """The ``FAILING_SHOWN`` push destinations with the most messages tried more than once, each
+    with the last error of its most tried message (one grouped query, then one per row shown)."""
+    failing = Message.objects.filter(PUSH_Q, attempts__gt=1).annotate(_dest=destination())
+    rows = (
+        failing.values("_dest")
+        .annotate(
+            messages=Count("pk"),
+            dead=Count("pk", filter=Q(dead_at__isnull=False)),
+            attempts=Max("attempts"),
+        )
+        .order_by("-messages", "_dest")[:FAILING_SHOWN]
+    )
+    shown = []
+    for r in rows:
+        name = r["_dest"]
+        error = (
+            failing.filter(_dest=name)
+            .exclude(last_error="")
+            .order_by("-attempts", "-next_attempt_at")
+            .values_list("last_error", flat=True)
+            .first()
+        ) or ""
+        cut = error if len(error) <= ERROR_CHARS else f"{error[:ERROR_CHARS]}…"
+        url = changelist_url(Message, transport="push", failing="yes", q=name)
+        shown.append(Destination(name, r["messages"], r["dead"], r["attempts"], cut, url))
+    return shown
+
+
+def step_lag(now: int, request: HttpRequest) -> list[Figure]:
+    """Work whose time has come and that the internal steps have not applied yet. A second or so
+    is one tick; more means the steps are behind or not running."""
+    figures: list[Figure] = []
+    if may_view(request, Promise):
+        p = Promise.objects.filter(state="pending", timeout_at__lte=now).aggregate(
+            n=Count("pk"), oldest=Min("timeout_at")
+        )
+        figures.append(
+            lag_figure(
+                "promises past their timeout, still stored pending",
+                p["n"],
+                p["oldest"],
+                now,
+                changelist_url(Promise, overdue="yes"),
+            )
+        )
+    if may_view(request, Task):
+        lease = Q(state=TaskState.ACQUIRED, expires_at__lte=now)
+        retry = Q(state=TaskState.PENDING, retry_at__lte=now)
+        t = Task.objects.aggregate(
+            leases=Count("pk", filter=lease),
+            oldest_lease=Min("expires_at", filter=lease),
+            retries=Count("pk", filter=retry),
+            oldest_retry=Min("retry_at", filter=retry),
+        )
+        figures.append(
+            lag_figure(
+                "tasks with an expired lease",
+                t["leases"],
+                t["oldest_lease"],
+                now,
+                changelist_url(Task, lease="expired"),
+            )
+        )
+        figures.append(
+            lag_figure(
+                "tasks with a retry overdue",
+                t["retries"],
+                t["oldest_retry"],
+                now,
+                changelist_url(Task, retry="overdue"),
+            )
+        )
+    if may_view(request, Schedule):
+        s = Schedule.objects.filter(next_run_at__lte=now).aggregate(
+            n=Count("pk"), oldest=Min("next_run_at")
+        )
+        figures.append(
+            lag_figure(
+                "schedules past their next run",
+                s["n"],
+                s["oldest"],
+                now,
+                changelist_url(Schedule, due="overdue"),
+            )
+        )
+    return figures
+
+
+def lag_figure(label: str, count: int, since: int | None, now: int, url: str) -> Figure:
+    return Figure(label, count, url, None if since is None else now - since)
+
+
+# --- the chart ----------------------------------------------------------------------------------
+
+BAR, GAP, HEIGHT, LEFT, BOTTOM = 10, 2, 120, 40, 20
+COLOURS = {"ok": "#79aec8", "client_errors": "#e0a100", "server_errors": "#c62828"}
+
+
+def hhmm(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M")
+
+
+def requests_chart(minutes: list[Minute]) -> SafeString:
+    """Requests per minute as stacked bars (answered, 4xx, 5xx), inline SVG: no script, works
+    offline. Each bar's tooltip gives its numbers."""
+    top = max([m.total for m in minutes] + [1])
+    width = LEFT + len(minutes) * (BAR + GAP)
+    bars = []
+    for i, m in enumerate(minutes):
+        x = LEFT + i * (BAR + GAP)
+        y = HEIGHT
+        rects = []
+        for field in ("ok", "client_errors", "server_errors"):
+            n = getattr(m, field)
+            if not n:
+                continue
+            h = max(1, round(n * HEIGHT / top))
+            y -= h
+            rects.append((x, y, BAR, h, COLOURS[field], field))
+        tip = (
+            f"{hhmm(m.start)} UTC: {m.total} requests, {m.client_errors} 4xx, {m.server_errors} 5xx"
+        )
+        body = format_html_join(
+            "",
+            '<rect x="{}" y="{}" width="{}" height="{}" fill="{}" class="{}"/>',
+            rects,
+        )
+        bars.append((m.start, m.total, tip, x, BAR, HEIGHT, body))
+    columns = format_html_join(
+        "",
+        '<g class="minute" data-minute="{}" data-total="{}"><title>{}</title>'
+        '<rect x="{}" y="0" width="{}" height="{}" fill="transparent"/>{}</g>',
+        bars,
+    )
+    return format_html(
+        '<svg class="resonate-chart" xmlns="http://www.w3.org/2000/svg" width="{w}" '
+        'height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="requests per minute, '
+        'last hour">'
+        '<line x1="{left}" y1="{base}" x2="{w}" y2="{base}" stroke="#999"/>'
+        '<text x="{tx}" y="10" font-size="10" text-anchor="end" fill="#666">{top}</text>'
+        '<text x="{tx}" y="{base}" font-size="10" text-anchor="end" fill="#666">0</text>'
+        "{columns}"
+        '<text x="{left}" y="{label}" font-size="10" fill="#666">{first} UTC</text>'
+        '<text x="{w}" y="{label}" font-size="10" text-anchor="end" fill="#666">{last} UTC'
+        "</text></svg>",
+        w=width,
+        h=HEIGHT + BOTTOM,
+        left=LEFT,
+        base=HEIGHT,
+        tx=LEFT - 4,
+        top=top,
+        columns=columns,
+        label=HEIGHT + 14,
+        first=hhmm(minutes[0].start),
+        last=hhmm(minutes[-1].start),
+    )
+
+
+# --- the page -----------------------------------------------------------------------------------
+
+
+def may_view(request: HttpRequest, model: type[Model]) -> bool:
+    model_admin = admin.site.get_model_admin(model)
+    return bool(model_admin.has_view_permission(request))
+
+
+def overview(request: HttpRequest) -> HttpResponse:
+    """The page (behind ``admin.site.admin_view``: staff only, else the login page)."""
+    visible = {m: may_view(request, m) for m in (Promise, Task, Message, Schedule)}
+    if not any(visible.values()):
+        raise PermissionDenied
+    now = request_now(request)
+    minutes = requests_per_minute(now)
+    totals = RequestMinute.objects.filter(minute_ms__gte=minutes[0].start).aggregate(
+        ok=Sum("ok"), client=Sum("client_errors"), server=Sum("server_errors")
+    )
+    ok, client, server = (totals[k] or 0 for k in ("ok", "client", "server"))
+    total = ok + client + server
+    context: dict[str, Any] = {
+        **admin.site.each_context(request),
+        "title": "Overview",
+        "now": now,
+        "requests": {
+            "total": total,
+            "client_errors": client,
+            "server_errors": server,
+            "error_rate": f"{100 * (client + server) / total:.1f}%" if total else "—",
+            "chart": requests_chart(minutes),
+        },
+        "lag": step_lag(now, request),
+    }
+    if visible[Promise]:
+        context["promises"] = promise_states(now)
+    if visible[Task]:
+        context["tasks"] = task_states(now)
+    if visible[Message]:
+        context["backlog"], context["dead"] = outbox_backlog(now)
+        context["failing"] = failing_destinations()
+    return TemplateResponse(request, "admin/resonate_overview.html", context)
