@@ -2,7 +2,7 @@
 database (``DATABASE_URL``) and prints one JSON object on stdout.
 
 Rows are bulk-loaded by cloning a *template* row that the server's own code wrote (a promise made
-through the protocol handler, an outbox row made through ``outbox.enqueue``): every derived
+through the protocol handler, an outbox row made through ``engine.outbox``): every derived
 column (``external``, ``timer``, ``target``, ``branch``) and any column added later comes out as
 the server would write it, and only the columns that must differ (id, deadlines, key) are set by
 ``INSERT ... SELECT ... FROM generate_series``.
@@ -34,8 +34,8 @@ django.setup()
 from django.db import connection, transaction  # noqa: E402
 
 from outbox.models import Message  # noqa: E402
-from promises.clock import now_ms  # noqa: E402
 from promises.models import Promise  # noqa: E402
+from resonate_project.core.clock import now_ms  # noqa: E402
 from resonate_project.envelope import handle_body  # noqa: E402
 
 VERSION = "2026-04-01"
@@ -106,7 +106,7 @@ def load_promises(prefix: str, count: int, state: str) -> dict[str, Any]:
 
 def load_outbox(address: str, count: int, prefix: str) -> dict[str, Any]:
     """``count`` due ``execute`` messages for ``address`` (tasks ``<prefix>-<g>``, version 1)."""
-    from outbox import enqueue
+    from resonate_project.engine import outbox as enqueue
 
     template = f"{prefix}-template"
     with transaction.atomic():
@@ -125,7 +125,7 @@ def load_outbox(address: str, count: int, prefix: str) -> dict[str, Any]:
 
 def sweep(limit: int, max_seconds: float) -> dict[str, Any]:
     """Call the timeout step until it finds nothing due (bounded by ``max_seconds``)."""
-    from promises.steps import promise_timeouts
+    from resonate_project.engine.steps import promise_timeouts
 
     processed = calls = 0
     t0 = time.perf_counter()

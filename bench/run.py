@@ -8,7 +8,7 @@ each protocol figure next to the database's own ceiling measured in the same run
    SDK-shaped task cycle (task.create, 2 x (fenced create + fenced settle), task.fulfill). Then the
    p50/p99 at half the best rate from a fixed-rate generator (bench/loadgen.py).
 3. Timeout sweep scaling: 100,000 external promises past their deadline processed by
-   ``promises.steps.promise_timeouts``, with 1,000,000 settled promises present versus none.
+   ``engine.steps.promise_timeouts``, with 1,000,000 settled promises present versus none.
 4. Outbox drain rate: 20,000 due messages to one connected SSE stream, and to a local HTTP
    receiver through ``outbox.push.drain_push``.
 5. Dispatch latency (bench/dispatch_latency.py): promise.create response to ``execute`` frame.

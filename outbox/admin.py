@@ -12,6 +12,9 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from outbox.delivery import wire
+from outbox.models import PUSH_Q, Message
+from outbox.operations import resend
 from promises.admin import (
     EMPTY,
     OperatorAdmin,
@@ -25,10 +28,6 @@ from promises.admin import (
     when,
 )
 from tasks_app.models import Task
-
-from .delivery import PUSH_Q, wire
-from .models import Message
-from .operations import resend
 
 ERROR_CHARS = 80  # of last_error in the list
 

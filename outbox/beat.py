@@ -20,7 +20,7 @@ from typing import Any
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
 
-from promises.conf import resonate_settings
+from resonate_project.core.conf import resonate_settings
 
 DRAIN_EVERY_MS = 1000
 

@@ -21,16 +21,14 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from promises.addresses import PUSH_Q
+from outbox.models import PUSH_Q, Message, RequestMinute
+from outbox.traffic import MINUTE_MS
 from promises.admin import changelist_url, duration, request_now, state_badge
 from promises.handlers import PROMISE_STATES, projected_state_q
 from promises.models import Promise
 from schedules.models import Schedule
 from tasks_app.handlers import TASK_STATES, viewed_state_q
 from tasks_app.models import Task, TaskState
-
-from .models import Message, RequestMinute
-from .traffic import MINUTE_MS
 
 WINDOW_MINUTES = 60
 FAILING_SHOWN = 10

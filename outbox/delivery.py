@@ -21,11 +21,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, Q
 
-# The address grammar lives in promises.addresses; re-exported for the outbox and the tests.
-from promises.addresses import PUSH_Q, PollAddress, is_push, parse_poll  # noqa: F401
-from promises.conf import resonate_settings
-
-from .models import Message
+from outbox.models import Message
+from resonate_project.core.conf import resonate_settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,22 +50,6 @@ def wire(m: Message) -> dict[str, Any]:
 
 def encode(m: Message) -> bytes:
     return json.dumps(wire(m), sort_keys=True, separators=(",", ":")).encode()
-
-
-def poll_route(address: str) -> str | None:
-    """What an SSE hub claims a message by (the ``poll_route`` column, written with the row): the
-    group of an anycast address (``poll://any@g``, ``poll://any@g/id``), ``g/id`` of a unicast one
-    (``poll://uni@g/id``), None for any other address. A stream ``(g, id)`` takes the routes
-    ``stream_routes(g, id)``; a group never contains ``/``, so the two kinds never collide."""
-    poll = parse_poll(address)
-    if poll is None:
-        return None
-    return poll.group if poll.mode == "any" else f"{poll.group}/{poll.id}"
-
-
-def stream_routes(group: str, stream_id: str) -> tuple[str, str]:
-    """The routes of the messages a stream ``(group, stream_id)`` may take."""
-    return group, f"{group}/{stream_id}"
 
 
 def claim(where: Q, now: int, limit: int, lease: int | None = None) -> list[Claimed]:

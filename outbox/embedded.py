@@ -8,9 +8,9 @@ import threading
 
 from django.db import close_old_connections
 
-from promises.conf import resonate_settings
-
-from . import notify, push, ticker
+from outbox import push, ticker
+from resonate_project.core.conf import resonate_settings
+from resonate_project.engine import wake as notify
 
 log = logging.getLogger("resonate.embedded")
 

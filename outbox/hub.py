@@ -3,7 +3,7 @@
 
 A stream costs a coroutine (``Stream.frames``) and a queue; the hub thread is one per process.
 It leases the rows addressed to the streams this process holds, by their ``poll_route`` column
-(``delivery.poll_route``: one ``IN`` list per chunk of routes, so ten thousand connected groups
+(``poll_route``: one ``IN`` list per chunk of routes, so ten thousand connected groups
 are a few index probes, not an expression per group), and hands each to a stream's queue on the
 event loop. One stream per ``(group, id)``: a second connection with the same pair *replaces*
 the first, which ends its response and hands everything it had not confirmed to the new one.
@@ -56,14 +56,14 @@ from dataclasses import dataclass, field
 from django.db import close_old_connections
 from django.db.models import Q
 
-from promises.addresses import parse_poll
-from promises.clock import now_ms
-from promises.conf import resonate_settings
+from outbox import delivery
+from outbox.delivery import Claimed
+from outbox.models import Subscriber
+from resonate_project.core.addresses import parse_poll, stream_routes
+from resonate_project.core.clock import now_ms
+from resonate_project.core.conf import resonate_settings
+from resonate_project.engine import wake as notify
 from resonate_project.observability import metrics
-
-from . import delivery, notify
-from .delivery import Claimed, stream_routes
-from .models import Subscriber
 
 log = logging.getLogger("resonate.hub")
 

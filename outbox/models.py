@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from django.db import models
 
+# Rows addressed to an http(s):// destination (delivered by the push drain, not the SSE hub).
+PUSH_Q = models.Q(address__startswith="http://") | models.Q(address__startswith="https://")
+
 
 class MessageKind(models.TextChoices):
     EXECUTE = "execute"

@@ -12,11 +12,10 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
-from promises.addresses import is_push
-from promises.protocol import Response, fail, ok
-
-from . import notify
-from .models import Message
+from outbox.models import Message
+from resonate_project.core.addresses import is_push
+from resonate_project.core.protocol import Response, fail, ok
+from resonate_project.engine import wake as notify
 
 MESSAGE_NOT_FOUND = "message not found (delivered, or never written)"
 

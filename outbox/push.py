@@ -7,7 +7,7 @@ requests/s from one core where a thread pool of httpx clients managed ~1,100.)
 
 What a request may do:
 
-- **Where.** The address is checked as written (``promises.addresses.push_refusal``: its form
+- **Where.** The address is checked as written (``core.addresses.push_refusal``: its form
   and IP literals), then the session's resolver checks every IP a host name resolves to and
   fails the lookup if any is refused. aiohttp connects only to the IPs the resolver returned,
   so there is no second lookup to rebind; the Host header and TLS server name stay those of the
@@ -50,15 +50,14 @@ from django.db.models import Q
 from opentelemetry import context, propagate, trace
 from yarl import URL
 
-from promises import addresses
-from promises.addresses import PUSH_Q, Allowlist
-from promises.clock import now_ms
-from promises.conf import ResonateSettings, resonate_settings
+from outbox import delivery
+from outbox.delivery import Claimed
+from outbox.models import PUSH_Q, Message
+from resonate_project.core import addresses
+from resonate_project.core.addresses import Allowlist
+from resonate_project.core.clock import now_ms
+from resonate_project.core.conf import ResonateSettings, resonate_settings
 from resonate_project.observability import metrics
-
-from . import delivery
-from .delivery import Claimed
-from .models import Message
 
 log = logging.getLogger("resonate.push")
 # The OpenTelemetry API: a no-op unless resonate_project.observability.tracing installed a provider.

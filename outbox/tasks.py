@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from promises.conf import resonate_settings
-
-from . import push, ticker
+from outbox import push, ticker
+from resonate_project.core.conf import resonate_settings
 
 
 @shared_task(name="resonate.tick", ignore_result=True)

@@ -8,9 +8,9 @@ import threading
 
 from django.db import close_old_connections
 
-from promises.clock import now_ms
-from promises.conf import resonate_settings
-from promises.debug import paused
+from resonate_project.core.clock import now_ms
+from resonate_project.core.conf import resonate_settings
+from resonate_project.engine.debug import paused
 
 log = logging.getLogger("resonate.ticker")
 
@@ -18,7 +18,7 @@ log = logging.getLogger("resonate.ticker")
 def tick_once() -> int:
     if paused():
         return 0
-    from tasks_app.steps import run_due
+    from resonate_project.engine.steps import run_due
 
     return run_due(now_ms(), resonate_settings().STEP_BATCH)
 

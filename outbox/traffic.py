@@ -17,9 +17,8 @@ import threading
 from django.db import IntegrityError, close_old_connections, connections, transaction
 from django.db.models import F
 
-from promises.clock import now_ms
-
-from .models import RequestMinute
+from outbox.models import RequestMinute
+from resonate_project.core.clock import now_ms
 
 log = logging.getLogger("resonate.traffic")
 

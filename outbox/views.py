@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
 
-from promises.conf import resonate_settings
-from promises.requests import ID_MAX_BYTES
+from outbox.hub import get_hub
 from resonate_project.access.gate import acheck_poll
-
-from .hub import get_hub
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.wire.promises import ID_MAX_BYTES
 
 
 async def poll(request: HttpRequest, group: str, stream_id: str) -> HttpResponseBase:

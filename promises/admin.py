@@ -31,15 +31,14 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from promises.handlers import PROMISE_STATES, filter_tags, projected_state_q
+from promises.models import Callback, Listener, Promise
+from resonate_project.core.addresses import is_push, parse_poll
+from resonate_project.core.clock import now_ms
+from resonate_project.core.protocol import Response, is_live, projected_state, viewed_task_state
+from resonate_project.core.tags import SCHEDULE
 from resonate_project.envelope import call
 from tasks_app.models import Task
-
-from .addresses import is_push, parse_poll
-from .clock import now_ms
-from .handlers import PROMISE_STATES, filter_tags, projected_state_q
-from .models import Callback, Listener, Promise
-from .protocol import Response, is_live, projected_state, viewed_task_state
-from .tags import SCHEDULE
 
 # The instant a page is rendered at, as a column on every row (admin display callables get only
 # the row; the ModelAdmin is shared between threads, so it cannot hold per-request state).

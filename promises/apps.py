@@ -6,4 +6,4 @@ class PromisesConfig(AppConfig):
     verbose_name = "Resonate promises"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from promises import checks  # noqa: F401  (registers the system checks)

@@ -5,8 +5,8 @@ from typing import Any
 
 from django.core.checks import Error, register
 
-from . import addresses
-from .conf import resonate_settings
+from resonate_project.core import addresses
+from resonate_project.core.conf import resonate_settings
 
 
 @register()

@@ -13,13 +13,10 @@ from django.db.models import Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from . import addresses
-from .conf import resonate_settings
-from .debug import paused
-from .effects import Effects, finish
-from .locks import promise_for_update, promises_for_update
-from .models import Callback, Listener, Promise
-from .protocol import (
+from promises.models import Callback, Listener, Promise
+from resonate_project.core import addresses
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import (
     PENDING,
     SETTABLE,
     Response,
@@ -29,7 +26,8 @@ from .protocol import (
     ok,
     promise_record,
 )
-from .requests import (
+from resonate_project.core.tags import TARGET
+from resonate_project.core.wire.promises import (
     PromiseCreateReq,
     PromiseGetReq,
     PromiseRegisterCallbackReq,
@@ -40,8 +38,10 @@ from .requests import (
     check_search_tags,
     check_tags,
 )
-from .search import search_page
-from .tags import TARGET
+from resonate_project.engine.debug import paused
+from resonate_project.engine.effects import Effects, finish
+from resonate_project.engine.locks import promise_for_update, promises_for_update
+from resonate_project.engine.search import search_page
 
 if TYPE_CHECKING:
     from tasks_app.models import Task
@@ -76,7 +76,7 @@ def create(req: PromiseCreateReq, now: int, fx: Effects, locked: Promise | None 
     The spec refuses a timer that is also targeted (400); the Python SDK's ``ctx.sleep`` sends
     exactly that, so it is accepted with timer semantics (README, deviations).
     """
-    from . import services
+    from resonate_project.engine import promises as services
 
     if refusal := check_target("tags", req.tags):
         return refusal
@@ -120,7 +120,7 @@ def settle(
 ) -> Response:
     """P-03 after its 400, inside a caller's transaction (also the inner handler of a fence,
     which passes the promise and task it already locked and read)."""
-    from . import services
+    from resonate_project.engine import promises as services
 
     if locked is None:
         settled = services.settle_if_live(promise_id, state, value, now, fx)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-ID_MAX_LENGTH = 1024
+from resonate_project.core.limits import ID_MAX_LENGTH
 
 
 class PromiseState(models.TextChoices):

@@ -14,13 +14,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
-from promises.clock import now_ms
-from promises.conf import resonate_settings
-from promises.protocol import Response
-
-from .access.auth import bearer
-from .access.gate import forgeable
-from .envelope import handle_body, respond
+from resonate_project.access.auth import bearer
+from resonate_project.access.gate import forgeable
+from resonate_project.core.clock import now_ms
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import Response
+from resonate_project.envelope import handle_body, respond
 
 # Handlers are synchronous (one transaction each). Under ASGI, Django runs every sync view on one
 # shared thread per process; the envelope runs on its own pool instead (WEB_THREADS), so requests

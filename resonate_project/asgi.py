@@ -21,8 +21,8 @@ tracing.configure()  # before the handler is built: it instruments Django's midd
 django_application = get_asgi_application()
 
 from outbox import traffic  # noqa: E402  (needs the app registry ready)
-from promises.conf import resonate_settings  # noqa: E402  (needs the app registry ready)
 from resonate_project.api import answer, refuse_http, too_large  # noqa: E402
+from resonate_project.core.conf import resonate_settings  # noqa: E402  (needs the app registry ready)
 
 
 def _headers(scope: dict[str, Any]) -> dict[str, str]:

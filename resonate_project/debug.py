@@ -13,14 +13,14 @@ from django.db import transaction
 from msgspec import Meta, Struct
 
 from outbox.models import Message
-from promises.conf import resonate_settings
-from promises.debug import set_paused
 from promises.models import Callback, Listener, Promise
-from promises.protocol import Response, ok
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import Response, ok
+from resonate_project.core.schedules import schedule_record
+from resonate_project.engine.debug import set_paused
+from resonate_project.engine.steps import run_due
 from schedules.models import Schedule
-from schedules.protocol import schedule_record
 from tasks_app.models import Task
-from tasks_app.steps import run_due
 
 
 class DebugReq(Struct):

@@ -13,8 +13,8 @@ from promises.handlers import (
     promise_search,
     promise_settle,
 )
-from promises.protocol import Response
-from promises.requests import (
+from resonate_project.core.protocol import Response
+from resonate_project.core.wire.promises import (
     PromiseCreateReq,
     PromiseGetReq,
     PromiseRegisterCallbackReq,
@@ -22,27 +22,13 @@ from promises.requests import (
     PromiseSearchReq,
     PromiseSettleReq,
 )
-from schedules.handlers import schedule_create, schedule_delete, schedule_get, schedule_search
-from schedules.requests import (
+from resonate_project.core.wire.schedules import (
     ScheduleCreateReq,
     ScheduleDeleteReq,
     ScheduleGetReq,
     ScheduleSearchReq,
 )
-from tasks_app.handlers import (
-    task_acquire,
-    task_continue,
-    task_create,
-    task_fence,
-    task_fulfill,
-    task_get,
-    task_halt,
-    task_heartbeat,
-    task_release,
-    task_search,
-    task_suspend,
-)
-from tasks_app.requests import (
+from resonate_project.core.wire.tasks import (
     TaskAcquireReq,
     TaskContinueReq,
     TaskCreateReq,
@@ -55,8 +41,7 @@ from tasks_app.requests import (
     TaskSearchReq,
     TaskSuspendReq,
 )
-
-from .debug import (
+from resonate_project.debug import (
     DebugReq,
     DebugTickReq,
     debug_reset,
@@ -64,6 +49,20 @@ from .debug import (
     debug_start,
     debug_stop,
     debug_tick,
+)
+from schedules.handlers import schedule_create, schedule_delete, schedule_get, schedule_search
+from tasks_app.handlers import (
+    task_acquire,
+    task_continue,
+    task_create,
+    task_fence,
+    task_fulfill,
+    task_get,
+    task_halt,
+    task_heartbeat,
+    task_release,
+    task_search,
+    task_suspend,
 )
 
 Handler = Callable[[Any, int], Response]

@@ -10,15 +10,14 @@ from typing import Any
 import msgspec
 from django.db import InterfaceError, OperationalError, connection
 
-from promises.conf import resonate_settings
-from promises.protocol import Response, bad_request
-
-from .access.auth import authenticate
-from .access.principal import AuthError, Principal
-from .access.rules import authorize, named_ids
-from .dispatch import DEBUG_KINDS, KINDS
-from .json_depth import depth_refusal
-from .observability.request import RequestObservation, request_scope
+from resonate_project.access.auth import authenticate
+from resonate_project.access.principal import AuthError, Principal
+from resonate_project.access.rules import authorize, named_ids
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import Response, bad_request
+from resonate_project.dispatch import DEBUG_KINDS, KINDS
+from resonate_project.json_depth import depth_refusal
+from resonate_project.observability.request import RequestObservation, request_scope
 
 log = logging.getLogger("resonate.envelope")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from promises.conf import resonate_settings
+from resonate_project.core.conf import resonate_settings
 
 _STRUCTURE = bytes(set(range(256)) - set(b'[]{}"'))  # everything but brackets and quotes
 _NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))

@@ -3,9 +3,8 @@ from django.urls import include, path, re_path
 
 from outbox.dashboard import overview
 from outbox.views import poll
-
-from . import api
-from .observability.export import metrics_view
+from resonate_project import api
+from resonate_project.observability.export import metrics_view
 
 urlpatterns = [
     path("", api.envelope, name="resonate-envelope"),

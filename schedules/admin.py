@@ -31,12 +31,11 @@ from promises.admin import (
     when,
 )
 from promises.models import Promise
-from promises.tags import SCHEDULE
+from resonate_project.core import cron
+from resonate_project.core.tags import SCHEDULE
 from resonate_project.envelope import call
-
-from . import cron
-from .models import Schedule
-from .operations import fire_now
+from schedules.models import Schedule
+from schedules.operations import fire_now
 
 UPCOMING = 5  # fire times shown on the detail page
 OCCURRENCES = 20  # newest occurrences shown on the detail page

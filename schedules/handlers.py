@@ -6,18 +6,22 @@ from typing import Any
 
 from django.db import transaction
 
-from promises import services
-from promises.conf import resonate_settings
 from promises.handlers import check_target, filter_tags
-from promises.protocol import Response, bad_request, fail, ok
-from promises.requests import check_search_tags, check_tags
-from promises.search import search_page
-from promises.tags import TARGET, is_timer
-
-from . import cron
-from .models import Schedule
-from .protocol import schedule_record
-from .requests import ScheduleCreateReq, ScheduleDeleteReq, ScheduleGetReq, ScheduleSearchReq
+from resonate_project.core import cron
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import Response, bad_request, fail, ok
+from resonate_project.core.schedules import schedule_record
+from resonate_project.core.tags import TARGET, is_timer
+from resonate_project.core.wire.promises import check_search_tags, check_tags
+from resonate_project.core.wire.schedules import (
+    ScheduleCreateReq,
+    ScheduleDeleteReq,
+    ScheduleGetReq,
+    ScheduleSearchReq,
+)
+from resonate_project.engine import promises as services
+from resonate_project.engine.search import search_page
+from schedules.models import Schedule
 
 SCHEDULE_NOT_FOUND = "schedule not found"
 

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from promises.models import ID_MAX_LENGTH
-
-# Characters (varchar counts characters); schedule.create refuses a longer cron with a 400.
-CRON_MAX_LENGTH = 255
+from resonate_project.core.limits import CRON_MAX_LENGTH, ID_MAX_LENGTH
 
 
 class Schedule(models.Model):

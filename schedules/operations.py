@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from promises.debug import paused
-from promises.effects import Effects, finish
 from promises.models import Promise
-from promises.protocol import Response, fail, ok, promise_record
-
-from .handlers import SCHEDULE_NOT_FOUND
-from .models import Schedule
-from .protocol import expand
-from .steps import occur
+from resonate_project.core.protocol import Response, fail, ok, promise_record
+from resonate_project.core.schedules import expand
+from resonate_project.engine.debug import paused
+from resonate_project.engine.effects import Effects, finish
+from resonate_project.engine.steps import occur
+from schedules.handlers import SCHEDULE_NOT_FOUND
+from schedules.models import Schedule
 
 
 def fire_now(schedule_id: str, now: int) -> Response:

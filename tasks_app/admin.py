@@ -27,12 +27,11 @@ from promises.admin import (
     when,
 )
 from promises.models import Callback, Promise
-from promises.protocol import PENDING, viewed_task_state
+from resonate_project.core.protocol import PENDING, viewed_task_state
 from resonate_project.envelope import call
-
-from .handlers import TASK_STATES, viewed_state_q
-from .models import Task, TaskState
-from .operations import expire_lease
+from tasks_app.handlers import TASK_STATES, viewed_state_q
+from tasks_app.models import Task, TaskState
+from tasks_app.operations import expire_lease
 
 
 def viewed(t: Task) -> str:

@@ -13,12 +13,9 @@ from django.db import transaction
 from django.db.models import Q
 
 from promises import handlers as promise_handlers
-from promises import services
-from promises.conf import resonate_settings
-from promises.debug import paused
-from promises.effects import Effects, finish
 from promises.models import Callback, Promise, PromiseState
-from promises.protocol import (
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import (
     PENDING,
     Response,
     bad_request,
@@ -29,14 +26,9 @@ from promises.protocol import (
     task_record,
     viewed_task_state,
 )
-from promises.requests import CreateAction, check_tags
-from promises.search import search_page
-from promises.tags import TARGET, is_timer
-
-from . import transitions
-from .locks import task_for_update, task_read, tasks_for_update
-from .models import Task, TaskState
-from .requests import (
+from resonate_project.core.tags import TARGET, is_timer
+from resonate_project.core.wire.promises import CreateAction, check_tags
+from resonate_project.core.wire.tasks import (
     TaskAcquireReq,
     TaskContinueReq,
     TaskCreateReq,
@@ -49,6 +41,13 @@ from .requests import (
     TaskSearchReq,
     TaskSuspendReq,
 )
+from resonate_project.engine import promises as services
+from resonate_project.engine import tasks as transitions
+from resonate_project.engine.debug import paused
+from resonate_project.engine.effects import Effects, finish
+from resonate_project.engine.locks import task_for_update, task_read, tasks_for_update
+from resonate_project.engine.search import search_page
+from tasks_app.models import Task, TaskState
 
 PROTOCOL_VERSION = "2026-04-01"
 TASK_NOT_FOUND = "task not found"

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from promises import services
-from promises.debug import paused
-from promises.effects import Effects, finish
-from promises.protocol import Response, fail, is_live, ok, promise_record, task_record
-
-from . import transitions
-from .handlers import TASK_NOT_FOUND
-from .locks import task_for_update
-from .models import TaskState
+from resonate_project.core.protocol import Response, fail, is_live, ok, promise_record, task_record
+from resonate_project.engine import promises as services
+from resonate_project.engine import tasks as transitions
+from resonate_project.engine.debug import paused
+from resonate_project.engine.effects import Effects, finish
+from resonate_project.engine.locks import task_for_update
+from tasks_app.handlers import TASK_NOT_FOUND
+from tasks_app.models import TaskState
 
 
 def expire_lease(task_id: str, now: int) -> Response:

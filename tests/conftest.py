@@ -12,7 +12,7 @@ os.environ["RESONATE_WEB_THREADS"] = "0"
 import pytest
 from django.db import connection
 
-from promises.protocol import Response
+from resonate_project.core.protocol import Response
 from resonate_project.envelope import call
 
 FAR = 10**13  # a deadline nobody reaches in a test

@@ -25,8 +25,8 @@ from outbox.delivery import claim
 from outbox.models import Message
 from outbox.operations import resend
 from promises.admin import ms_datetime
-from promises.clock import now_ms
 from promises.models import Promise
+from resonate_project.core.clock import now_ms
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR, Api

@@ -23,8 +23,8 @@ from django.contrib.auth.models import User
 
 from outbox import traffic
 from outbox.models import Message
-from promises.clock import now_ms
 from promises.models import Promise
+from resonate_project.core.clock import now_ms
 from tasks_app.models import Task
 from tests.conftest import Api
 

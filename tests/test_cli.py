@@ -15,9 +15,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from promises import cli
-from promises.clock import now_ms
 from promises.models import Promise
+from resonate_project import cli
+from resonate_project.core.clock import now_ms
 from schedules.models import Schedule
 from tasks_app.models import Task
 

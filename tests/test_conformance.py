@@ -10,9 +10,15 @@ from typing import Any
 
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
-from promises.steps import listener_drain, promise_timeouts
+from resonate_project.engine.steps import (
+    callback_drain,
+    lease_expiry,
+    listener_drain,
+    promise_timeouts,
+    retry_dispatch,
+    run_due,
+)
 from tasks_app.models import Task
-from tasks_app.steps import callback_drain, lease_expiry, retry_dispatch, run_due
 from tests.conftest import FAR, Api
 
 TARGET = {"resonate:target": "poll://any@workers"}

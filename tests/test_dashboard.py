@@ -21,8 +21,8 @@ from django.urls import reverse
 
 from outbox import traffic
 from outbox.models import Message, RequestMinute
-from promises.clock import now_ms
 from promises.models import Promise
+from resonate_project.core.clock import now_ms
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR, Api

@@ -6,11 +6,12 @@ import pytest
 from django.test import override_settings
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from outbox import delivery, enqueue
+from outbox import delivery
 from outbox.beat import install_metronome
-from outbox.models import Message
+from outbox.models import PUSH_Q, Message
+from resonate_project.engine import outbox as enqueue
 
-ALL = delivery.PUSH_Q | ~delivery.PUSH_Q
+ALL = PUSH_Q | ~PUSH_Q
 
 
 @pytest.fixture

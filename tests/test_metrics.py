@@ -16,18 +16,18 @@ from django.db import transaction
 from django.test import Client, override_settings
 from prometheus_client import REGISTRY
 
-from outbox import delivery, enqueue
+from outbox import delivery
 from outbox.hub import Hub
-from outbox.models import Message
+from outbox.models import PUSH_Q, Message
 from outbox.push import drain_push
-from promises.addresses import PUSH_Q
-from promises.clock import now_ms
 from promises.models import Promise
 from resonate_project.access.credentials import credential_create
+from resonate_project.core.clock import now_ms
 from resonate_project.dispatch import DEBUG_KINDS, KINDS
+from resonate_project.engine import outbox as enqueue
+from resonate_project.engine.steps import run_due
 from resonate_project.observability import export
 from resonate_project.observability.metrics import REQUEST_KINDS, record_request
-from tasks_app.steps import run_due
 from tests.conftest import FAR, Api
 from tests.security.test_push import Receiver, push_settings
 

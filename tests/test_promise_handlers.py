@@ -17,10 +17,9 @@ from django.test import override_settings
 
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
-from promises.steps import promise_timeouts
+from resonate_project.engine.steps import promise_timeouts, retry_dispatch, run_due
 from schedules.models import Schedule
 from tasks_app.models import Task
-from tasks_app.steps import retry_dispatch, run_due
 from tests.conftest import FAR, Api
 
 T0 = 10_000  # when the fixtures of a test are created

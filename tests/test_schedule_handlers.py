@@ -12,8 +12,8 @@ from django.db.models import Model
 
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
+from resonate_project.engine.steps import schedule_fire
 from schedules.models import Schedule
-from schedules.steps import schedule_fire
 from tasks_app.models import Task
 from tests.conftest import Api
 

@@ -24,12 +24,12 @@ from hypothesis.stateful import (
 )
 
 from outbox.models import Message
-from promises import steps as promise_steps
 from promises.models import Callback, Listener, Promise
-from promises.protocol import Response
+from resonate_project.core.protocol import Response
+from resonate_project.engine import steps as promise_steps
+from resonate_project.engine import steps as task_steps
 from resonate_project.envelope import call
 from schedules.models import Schedule
-from tasks_app import steps as task_steps
 from tasks_app.models import Task
 from tests.conftest import FAR
 

@@ -16,10 +16,14 @@ from django.db import connection
 
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
-from promises.steps import promise_timeouts
-from schedules.steps import schedule_fire
+from resonate_project.engine.steps import (
+    lease_expiry,
+    promise_timeouts,
+    retry_dispatch,
+    run_due,
+    schedule_fire,
+)
 from tasks_app.models import Task
-from tasks_app.steps import lease_expiry, retry_dispatch, run_due
 from tests.conftest import FAR, Api
 
 ADDRESS = "poll://any@workers"

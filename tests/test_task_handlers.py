@@ -18,8 +18,8 @@ import pytest
 
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
-from promises.protocol import Response
-from tasks_app import steps
+from resonate_project.core.protocol import Response
+from resonate_project.engine import steps
 from tasks_app.models import Task
 from tests.conftest import FAR, Api
 

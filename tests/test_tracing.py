@@ -21,10 +21,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from outbox import enqueue
 from outbox.push import drain_push
-from promises.clock import now_ms
+from resonate_project.core.clock import now_ms
 from resonate_project.dispatch import KINDS
+from resonate_project.engine import outbox as enqueue
 from resonate_project.envelope import handle_body
 from resonate_project.observability import tracing
 from tests.conftest import FAR
@@ -174,7 +174,7 @@ def test_a_push_carries_the_drain_spans_trace_context(db: Any, spans: InMemorySp
 def test_a_step_run_is_a_span_with_the_rows_it_handled(
     db: Any, spans: InMemorySpanExporter
 ) -> None:
-    from tasks_app.steps import run_due
+    from resonate_project.engine.steps import run_due
 
     external = {"resonate:external": "true"}
     assert envelope("promise.create", id="late", timeoutAt=2_000, tags=external)[0] == 200

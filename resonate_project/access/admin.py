@@ -14,10 +14,13 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from promises.admin import when
-from promises.clock import now_ms
-
-from .credentials import CredentialError, credential_create, credential_revoke
-from .models import ServiceCredential
+from resonate_project.access.credentials import (
+    CredentialError,
+    credential_create,
+    credential_revoke,
+)
+from resonate_project.access.models import ServiceCredential
+from resonate_project.core.clock import now_ms
 
 
 class CredentialForm(forms.ModelForm):

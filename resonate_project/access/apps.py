@@ -8,4 +8,4 @@ class AccessConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers the system checks)
+        from resonate_project.access import checks  # noqa: F401  (registers the system checks)

@@ -3,10 +3,9 @@ a JWT; ``RESONATE_AUTH`` decides whether one is needed at all."""
 
 from __future__ import annotations
 
-from promises.conf import resonate_settings
-
-from . import credentials, tokens
-from .principal import AuthError, Principal
+from resonate_project.access import credentials, tokens
+from resonate_project.access.principal import AuthError, Principal
+from resonate_project.core.conf import resonate_settings
 
 REQUIRED = "required"
 OFF = "off"

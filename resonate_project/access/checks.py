@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.checks import Error, register
 
-from . import tokens
+from resonate_project.access import tokens
 
 
 @register()

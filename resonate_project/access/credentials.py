@@ -8,8 +8,8 @@ from collections.abc import Iterable
 
 from django.db import IntegrityError, transaction
 
-from .models import ServiceCredential
-from .principal import AuthError, Principal
+from resonate_project.access.models import ServiceCredential
+from resonate_project.access.principal import AuthError, Principal
 
 TOKEN_PREFIX = "rsn_"
 # last_used_at is written at most this often per credential (a write per request would cost a

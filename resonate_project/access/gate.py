@@ -13,12 +13,11 @@ from urllib.parse import urlsplit
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from promises.clock import now_ms
-from promises.conf import resonate_settings
-from promises.protocol import Response
-
-from .auth import auth_required, authenticate, bearer
-from .principal import AuthError, Principal
+from resonate_project.access.auth import auth_required, authenticate, bearer
+from resonate_project.access.principal import AuthError, Principal
+from resonate_project.core.clock import now_ms
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import Response
 
 JSON_TYPES = ("application/json",)
 

@@ -10,9 +10,8 @@ from typing import Any
 
 import msgspec
 
-from promises.protocol import Response
-
-from .principal import Principal
+from resonate_project.access.principal import Principal
+from resonate_project.core.protocol import Response
 
 ID_FIELDS = frozenset({"id", "awaited", "awaiter", "promiseId"})
 SEARCH_KINDS = frozenset({"promise.search", "task.search", "schedule.search"})

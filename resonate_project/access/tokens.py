@@ -13,9 +13,8 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from promises.conf import resonate_settings
-
-from .principal import AuthError, Principal
+from resonate_project.access.principal import AuthError, Principal
+from resonate_project.core.conf import resonate_settings
 
 RSA_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512"]
 EC_ALGORITHMS = ["ES256", "ES384", "ES512"]

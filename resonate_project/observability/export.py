@@ -26,16 +26,14 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from outbox.models import Message
-from promises.addresses import PUSH_Q
-from promises.clock import now_ms
-from promises.conf import resonate_settings
+from outbox.models import PUSH_Q, Message
 from promises.models import Promise, PromiseState
+from resonate_project.access.auth import auth_required, authenticate, bearer
+from resonate_project.access.principal import AuthError
+from resonate_project.core.clock import now_ms
+from resonate_project.core.conf import resonate_settings
+from resonate_project.observability.metrics import MULTIPROCESS
 from tasks_app.models import Task, TaskState
-
-from ..access.auth import auth_required, authenticate, bearer
-from ..access.principal import AuthError
-from .metrics import MULTIPROCESS
 
 log = logging.getLogger("resonate.metrics")
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from . import tracing
+from resonate_project.observability import tracing
 
 request_log = logging.getLogger("resonate.request")
 

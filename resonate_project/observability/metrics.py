@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client import multiprocess as _multiprocess
 
-from promises.conf import resonate_settings
+from resonate_project.core.conf import resonate_settings
 
 # ``*_created`` series exist only in single-process mode; drop them so both modes expose the same.
 disable_created_metrics()

@@ -8,8 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from outbox import traffic
-
-from . import logs, metrics, tracing
+from resonate_project.observability import logs, metrics, tracing
 
 
 @dataclass

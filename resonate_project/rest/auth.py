@@ -15,9 +15,9 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from promises.clock import now_ms
 from resonate_project.access.auth import auth_required, authenticate, bearer
 from resonate_project.access.principal import AuthError, Principal
+from resonate_project.core.clock import now_ms
 
 
 class ApiClient:

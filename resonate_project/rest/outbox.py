@@ -15,14 +15,12 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from outbox.models import Message, MessageKind
+from outbox.models import PUSH_Q, Message, MessageKind
 from outbox.operations import MESSAGE_NOT_FOUND, message_record, resend
-from promises.addresses import PUSH_Q
 from promises.models import ID_MAX_LENGTH
-
-from .errors import ProtocolError
-from .filters import AtNow
-from .views import ResourceView, errors
+from resonate_project.rest.errors import ProtocolError
+from resonate_project.rest.filters import AtNow
+from resonate_project.rest.views import ResourceView, errors
 
 
 class OutboxFilter(AtNow):

@@ -15,8 +15,8 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
-from promises.conf import resonate_settings
-from promises.search import RESPONSE_RESERVE, Record, fit
+from resonate_project.core.conf import resonate_settings
+from resonate_project.engine.search import RESPONSE_RESERVE, Record, fit
 
 # Bytes of one next/previous link beyond the request's own URL: a cursor holding an id of up to
 # 1024 characters, percent-encoded and base64-encoded.

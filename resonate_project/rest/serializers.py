@@ -1,5 +1,5 @@
 """Request bodies (validated here, then handed to the protocol handlers) and the records served
-(built by ``promises.protocol`` / ``schedules.protocol``; the serializers below only document
+(built by ``core.protocol`` / ``core.schedules``; the serializers below only document
 them in the schema). Field names are the protocol's wire names. Strings are never trimmed: ids
 and data are opaque, and types are strict (no number for a string, no string for a number), as
 the protocol's own decoding is."""
@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from promises.handlers import PROMISE_STATES
 from promises.models import ID_MAX_LENGTH
-from promises.protocol import SETTABLE
+from resonate_project.core.protocol import SETTABLE
 from schedules.models import CRON_MAX_LENGTH
 from tasks_app.handlers import TASK_STATES
 
@@ -80,7 +80,7 @@ class ScheduleCreateSerializer(serializers.Serializer):
     promiseTags = tags(required=False)
 
 
-# --- records (documentation of promises.protocol.promise_record etc.) --------------------------
+# --- records (documentation of core.protocol.promise_record etc.) ---
 
 
 class PromiseRecordSerializer(serializers.Serializer):

@@ -7,12 +7,12 @@ in ``/settle`` (or a task's in ``/halt``, ``/continue``) is reachable only throu
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from . import (
+from resonate_project.rest import (
     outbox,
     schema,  # noqa: F401  (registers the bearer-token scheme)
     views,
 )
-from .docs import SwaggerView, swagger_asset
+from resonate_project.rest.docs import SwaggerView, swagger_asset
 
 app_name = "resonate-api"
 

@@ -16,20 +16,17 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from promises.clock import now_ms
 from promises.models import Promise
-from promises.protocol import promise_record, task_record
 from resonate_project import envelope
-from schedules.models import Schedule
-from schedules.protocol import schedule_record
-from tasks_app.models import Task
-
-from .auth import ApiAccess, BearerTokenAuthentication, principal_of
-from .errors import ProtocolError, field_of
-from .filters import FilterBackend, PromiseFilter, ScheduleFilter, TaskFilter
-from .pagination import IdCursorPagination
-from .parsers import DepthLimitedJSONParser
-from .serializers import (
+from resonate_project.core.clock import now_ms
+from resonate_project.core.protocol import promise_record, task_record
+from resonate_project.core.schedules import schedule_record
+from resonate_project.rest.auth import ApiAccess, BearerTokenAuthentication, principal_of
+from resonate_project.rest.errors import ProtocolError, field_of
+from resonate_project.rest.filters import FilterBackend, PromiseFilter, ScheduleFilter, TaskFilter
+from resonate_project.rest.pagination import IdCursorPagination
+from resonate_project.rest.parsers import DepthLimitedJSONParser
+from resonate_project.rest.serializers import (
     ErrorSerializer,
     PromiseCreateSerializer,
     PromiseRecordSerializer,
@@ -38,6 +35,8 @@ from .serializers import (
     ScheduleRecordSerializer,
     TaskRecordSerializer,
 )
+from schedules.models import Schedule
+from tasks_app.models import Task
 
 
 def errors(*codes: int) -> dict[int, OpenApiResponse]:

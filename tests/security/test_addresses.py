@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from promises.addresses import address_refusal, ip_refusal, parse_allowed, parse_poll
 from promises.checks import check_push_settings
+from resonate_project.core.addresses import address_refusal, ip_refusal, parse_allowed, parse_poll
 
 NOTHING = parse_allowed("")
 

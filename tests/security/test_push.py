@@ -23,12 +23,12 @@ from django.db.models import Model
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from outbox import delivery, enqueue
-from outbox.models import Message
+from outbox import delivery
+from outbox.models import PUSH_Q, Message
 from outbox.push import drain_push
-from promises.addresses import PUSH_Q
-from promises.clock import now_ms
 from promises.models import Callback, Listener, Promise
+from resonate_project.core.clock import now_ms
+from resonate_project.engine import outbox as enqueue
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR, Api

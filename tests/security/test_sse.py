@@ -19,9 +19,10 @@ import pytest
 from django.http import HttpResponse
 from django.test import AsyncRequestFactory, override_settings
 
-from outbox import delivery, enqueue, views
+from outbox import delivery, views
 from outbox.hub import Hub, Stream
-from outbox.models import Message
+from outbox.models import PUSH_Q, Message
+from resonate_project.engine import outbox as enqueue
 
 GRACE = 15_000
 IN_FLIGHT = 30_000
@@ -300,7 +301,7 @@ def test_a_released_frame_fences_out_the_late_confirmation(
     hub: Hub, loop: asyncio.AbstractEventLoop, clock: Clock
 ) -> None:
     execute("m", "poll://uni@g/w1", clock.now)
-    (claimed,) = delivery.claim(delivery.PUSH_Q | ~delivery.PUSH_Q, clock.now, 10)
+    (claimed,) = delivery.claim(PUSH_Q | ~PUSH_Q, clock.now, 10)
     delivery.release([claimed], clock.now)  # e.g. its stream ended
     assert delivery.ack([claimed]) == 0  # a confirmation that arrives later deletes nothing
     assert Message.objects.filter(key="m").exists()

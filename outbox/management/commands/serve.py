@@ -11,8 +11,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from outbox.bind import decide_bind
-from outbox.notify import celery_enabled
-from promises.conf import resonate_settings
+from resonate_project.core.conf import resonate_settings
+from resonate_project.engine.wake import celery_enabled
 
 
 class Command(BaseCommand):

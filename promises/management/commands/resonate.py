@@ -1,4 +1,4 @@
-"""``manage.py resonate``: see ``promises.cli`` for the subcommands."""
+"""``manage.py resonate``: see ``resonate_project.cli`` for the subcommands."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from promises import cli
+from resonate_project import cli
 
 
 class Command(BaseCommand):

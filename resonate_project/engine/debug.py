@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .conf import resonate_settings
-from .models import DebugState
+from promises.models import DebugState
+from resonate_project.core.conf import resonate_settings
 
 
 def paused() -> bool:

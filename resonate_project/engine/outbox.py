@@ -13,11 +13,10 @@ from typing import Any
 
 from django.db import connection
 
+from outbox.models import Message
+from resonate_project.core.addresses import is_push, poll_route
+from resonate_project.engine import wake
 from resonate_project.observability import metrics
-
-from . import notify
-from .delivery import is_push, poll_route
-from .models import Message
 
 _TABLE = Message._meta.db_table
 _SQL = """
@@ -51,7 +50,7 @@ def _upsert(
         route = poll_route(address)
         cursor.execute(_sql(), [key, kind, address, task_id, version, payload, now, now, route])
     metrics.record_message(kind)
-    notify.after_commit(push=is_push(address))
+    wake.after_commit(push=is_push(address))
 
 
 def execute(task_id: str, version: int, address: str, now: int) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from promises.protocol import value_json
+from resonate_project.core.protocol import value_json
 
-from .models import Schedule
+if TYPE_CHECKING:
+    from schedules.models import Schedule
 
 
 def schedule_record(s: Schedule) -> dict[str, Any]:

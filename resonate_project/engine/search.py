@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 from django.db.models import QuerySet
 
-from .conf import resonate_settings
+from resonate_project.core.conf import resonate_settings
 
 # Bytes of a response that are not records: kind, head and a cursor of up to 1024 characters
 # (6 bytes each when JSON escapes them). corrId is the client's own and is not counted.

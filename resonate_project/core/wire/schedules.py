@@ -6,10 +6,8 @@ from typing import Annotated
 
 from msgspec import Meta, field
 
-from promises.models import ID_MAX_LENGTH
-from promises.requests import Id, Limit, Ms, Req, Tags, Text, Value, check_bytes
-
-from .models import CRON_MAX_LENGTH
+from resonate_project.core.limits import CRON_MAX_LENGTH, ID_MAX_LENGTH
+from resonate_project.core.wire.promises import Id, Limit, Ms, Req, Tags, Text, Value, check_bytes
 
 
 class ScheduleGetReq(Req):

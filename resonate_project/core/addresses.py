@@ -27,8 +27,6 @@ from ipaddress import (
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.db.models import Q
-
 type IP = IPv4Address | IPv6Address
 type Network = IPv4Network | IPv6Network
 
@@ -56,11 +54,24 @@ def parse_poll(address: str) -> PollAddress | None:
     return PollAddress(mode, group, stream_id if slash and stream_id else None)
 
 
+def poll_route(address: str) -> str | None:
+    """What an SSE hub claims a message by (the ``poll_route`` column, written with the row): the
+    group of an anycast address (``poll://any@g``, ``poll://any@g/id``), ``g/id`` of a unicast one
+    (``poll://uni@g/id``), None for any other address. A stream ``(g, id)`` takes the routes
+    ``stream_routes(g, id)``; a group never contains ``/``, so the two kinds never collide."""
+    poll = parse_poll(address)
+    if poll is None:
+        return None
+    return poll.group if poll.mode == "any" else f"{poll.group}/{poll.id}"
+
+
+def stream_routes(group: str, stream_id: str) -> tuple[str, str]:
+    """The routes of the messages a stream ``(group, stream_id)`` may take."""
+    return group, f"{group}/{stream_id}"
+
+
 def is_push(address: str) -> bool:
     return address.startswith(("http://", "https://"))
-
-
-PUSH_Q = Q(address__startswith="http://") | Q(address__startswith="https://")
 
 
 # --- the allowlist (PUSH_ALLOWED) ---------------------------------------------------------------

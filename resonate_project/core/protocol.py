@@ -10,14 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .models import Promise, PromiseState
-
 if TYPE_CHECKING:
+    from promises.models import Promise
     from tasks_app.models import Task
 
-PENDING = PromiseState.PENDING.value
-RESOLVED = PromiseState.RESOLVED.value
-REJECTED_TIMEDOUT = PromiseState.REJECTED_TIMEDOUT.value
+PENDING = "pending"
+RESOLVED = "resolved"
+REJECTED_TIMEDOUT = "rejected_timedout"
 SETTABLE = ("resolved", "rejected", "rejected_canceled")
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from msgspec import Meta, Struct, field
 
-from promises.requests import (
+from resonate_project.core.wire.promises import (
     CreateAction,
     Head,
     Id,

@@ -16,14 +16,16 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 
-from promises.conf import resonate_settings
+from resonate_project.core.conf import resonate_settings
 
 log = logging.getLogger("resonate.notify")
 
 CHANNEL = "resonate:outbox"
+DRAIN_TASK = "resonate.drain"
 _subscribers: list[Callable[[bool], None]] = []
 
 
@@ -80,9 +82,8 @@ def kick(push: bool) -> None:
             log.warning("wake-up publish failed: %s", exc)
     if push and celery_enabled():
         try:
-            from .tasks import drain
-
-            drain.apply_async(expires=60)
+            # By name: the task lives in the layer above (outbox.tasks), on the current app.
+            current_app.send_task(DRAIN_TASK, expires=60)
         except Exception as exc:
             log.warning("could not queue resonate.drain: %s", exc)
 

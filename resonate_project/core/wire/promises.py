@@ -13,14 +13,11 @@ from typing import Annotated, Any
 
 from msgspec import Meta, Struct, field
 
-from .conf import resonate_settings
-from .models import ID_MAX_LENGTH
-from .protocol import Response, bad_request
-from .tags import BRANCH, DELAY, TARGET
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.limits import ID_MAX_BYTES, ID_MAX_LENGTH
+from resonate_project.core.protocol import Response, bad_request
+from resonate_project.core.tags import BRANCH, DELAY, TARGET
 
-# Identifiers are indexed, and a PostgreSQL btree entry holds at most 2704 bytes (an index may
-# pair two identifiers), so every identifier-like string is capped at 1024 bytes of UTF-8.
-ID_MAX_BYTES = 1024
 Id = Annotated[str, Meta(min_length=1, max_length=ID_MAX_LENGTH)]
 MS_MAX = 2**63 - 1  # deadlines are stored as signed 64-bit milliseconds
 Ms = Annotated[int, Meta(ge=0, le=MS_MAX)]

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from django.db import connection
 from django.db.models import Model
 
-from . import tags as T
-from .effects import Effects
-from .models import Callback, Listener, Promise, PromiseState
-from .protocol import promise_record
-from .requests import PromiseCreateReq, Value
+from promises.models import Callback, Listener, Promise, PromiseState
+from resonate_project.core import tags as T
+from resonate_project.core.protocol import promise_record
+from resonate_project.core.wire.promises import PromiseCreateReq, Value
+from resonate_project.engine.effects import Effects
 
 if TYPE_CHECKING:
     from tasks_app.models import Task
@@ -74,7 +74,7 @@ def insert(obj: Model) -> bool:
 def create_with_task(req: PromiseCreateReq, now: int, fx: Effects) -> Promise | None:
     """P-02 births: the promise and, when targeted, its task (pending v0, or fulfilled v0 when
     born dead). None if the id was taken concurrently."""
-    from tasks_app.transitions import born_fulfilled, born_pending
+    from resonate_project.engine.tasks import born_fulfilled, born_pending
 
     p = new_promise(req, now)
     if not insert(p):
@@ -97,8 +97,8 @@ def settle(
 ) -> None:
     """Store a settlement and fulfil the promise's task in the same transaction (§1.7).
     ``task``: the promise's task when the caller already read it under the lock."""
+    from resonate_project.engine.tasks import fulfil
     from tasks_app.models import Task
-    from tasks_app.transitions import fulfil
 
     p.state = state
     p.value_headers = value.headers if value is not None else None
@@ -130,8 +130,8 @@ def settle_if_live(
         return None
     p = rows[0]
     if p.target is not None:
+        from resonate_project.engine.tasks import fulfil
         from tasks_app.models import Task
-        from tasks_app.transitions import fulfil
 
         task = Task.objects.filter(pk=p.id).first()
         if task is not None and task.state != "fulfilled":
@@ -148,7 +148,7 @@ def time_out(p: Promise, fx: Effects) -> None:
 
 def drain_listeners(settled: list[Promise], now: int) -> int:
     """R3 for every listener of these settled promises: one ``unblock`` each, then forget them."""
-    from outbox import enqueue
+    from resonate_project.engine import outbox as enqueue
 
     rows = list(
         Listener.objects.filter(awaited_id__in=[p.id for p in settled]).values_list(
@@ -195,8 +195,8 @@ def drain_callbacks(settled: list[Promise], now: int, fx: Effects) -> int:
 
 def resume_awaiters(awaited_id: str, awaiter_ids: list[str], now: int, fx: Effects) -> list[str]:
     """Lock the awaiters that are free (SKIP LOCKED) and resume each; return the ids handled."""
+    from resonate_project.engine.tasks import resume
     from tasks_app.models import Task
-    from tasks_app.transitions import resume
 
     awaiters = list(
         Promise.objects.select_for_update(skip_locked=True, of=("self",))

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from promises import tags as T
-from promises.conf import resonate_settings
 from promises.models import Promise
-from promises.protocol import is_live, viewed_task_state
-from promises.requests import later
-
-from .models import Task, TaskState
+from resonate_project.core import tags as T
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import is_live, viewed_task_state
+from resonate_project.core.wire.promises import later
+from tasks_app.models import Task, TaskState
 
 if TYPE_CHECKING:
-    from promises.effects import Effects
+    from resonate_project.engine.effects import Effects
 
 _LEASE_FIELDS = ["state", "pid", "ttl", "expires_at", "retry_at", "resumes"]
 
@@ -133,7 +132,7 @@ def dispatch(t: Task, p: Promise, now: int) -> bool:
     Gated on the projected promise (C5): no dispatch for the dead. An empty target names no
     address, so the retry is re-armed but no message is written.
     """
-    from outbox import enqueue
+    from resonate_project.engine import outbox as enqueue
 
     if t.state != TaskState.PENDING or t.retry_at is None or t.retry_at > now:
         return False

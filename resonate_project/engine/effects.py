@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .models import Callback, Listener, Promise
+from promises.models import Callback, Listener, Promise
 
 if TYPE_CHECKING:
     from tasks_app.models import Task
@@ -32,9 +32,8 @@ class Effects:
 
 def finish(fx: Effects, now: int, *, inline: bool) -> None:
     """Run the enabled steps for what ``fx`` recorded (inline), or leave them for the sweeps."""
-    from tasks_app.transitions import dispatch
-
-    from . import services
+    from resonate_project.engine import promises as services
+    from resonate_project.engine.tasks import dispatch
 
     # Only external promises can carry callbacks and listeners (C2, C3): skip the queries for
     # the rest, which are most settlements (an SDK's ctx.run steps are internal).

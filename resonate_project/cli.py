@@ -32,12 +32,11 @@ from typing import Any
 
 import httpx
 
+from promises.handlers import PROMISE_STATES
+from resonate_project.core import clock
+from resonate_project.core.protocol import Response
+from resonate_project.core.tags import BRANCH, DELAY, SCOPE, TARGET, TIMER
 from tasks_app.handlers import TASK_STATES
-
-from . import clock
-from .handlers import PROMISE_STATES
-from .protocol import Response
-from .tags import BRANCH, DELAY, SCOPE, TARGET, TIMER
 
 PARENT = "resonate:parent"
 ORIGIN = "resonate:origin"

@@ -1,0 +1,242 @@
+"""Internal steps owned by promises: R1 promise timeout and R3 listener drain (spec §5).
+
+Each is ``(now, limit) -> count``: one transaction claiming at most ``limit`` due rows with
+``SKIP LOCKED`` (so concurrent sweepers never process the same row), re-checking every guard.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from django.db import transaction
+from opentelemetry import trace
+
+from promises.models import Callback, Listener, Promise, PromiseState
+from resonate_project.core import cron
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import is_live, promise_record
+from resonate_project.core.schedules import expand
+from resonate_project.core.tags import BRANCH, SCHEDULE
+from resonate_project.core.wire.promises import PromiseCreateReq, Value, later
+from resonate_project.engine import outbox as enqueue
+from resonate_project.engine import promises as services
+from resonate_project.engine import tasks as transitions
+from resonate_project.engine.effects import Effects, finish
+from resonate_project.observability import metrics
+from schedules.models import Schedule
+from tasks_app.models import Task, TaskState
+
+
+def promise_timeouts(now: int, limit: int) -> int:
+    """R1: settle external promises whose deadline has passed (C1: only external ones are armed;
+    an internal promise's deadline is projection only)."""
+    with transaction.atomic():
+        due = list(
+            Promise.objects.select_for_update(skip_locked=True)
+            .filter(state=PromiseState.PENDING, external=True, timeout_at__lte=now)
+            .order_by("timeout_at")[:limit]
+        )
+        deadlines = [p.timeout_at for p in due]
+        fx = Effects()
+        for p in due:
+            services.time_out(p, fx)
+        finish(fx, now, inline=True)
+    metrics.record_lag("promise_timeouts", now, deadlines)
+    return len(due)
+
+
+def listener_drain(now: int, limit: int) -> int:
+    """R3 for listeners left ready by a settlement made while the steps were paused."""
+
+    with transaction.atomic():
+        rows = list(
+            Listener.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("awaited")
+            .filter(ready=True)[:limit]
+        )
+        for listener in rows:
+            enqueue.unblock(promise_record(listener.awaited, now), listener.address, now)
+        Listener.objects.filter(id__in=[r.id for r in rows]).delete()
+        return len(rows)
+
+
+# """R7 schedule fire with catch-up (spec §5.6)."""
+
+
+def schedule_fire(now: int, limit: int) -> int:
+    """Create every occurrence due in ``[nextRunAt, now]``, each as if at its own instant, up to
+    ``SCHEDULE_CATCHUP_BATCH`` per schedule per call; returns the occurrences fired."""
+    per_schedule = resonate_settings().SCHEDULE_CATCHUP_BATCH
+    fired = 0
+    instants: list[int] = []
+    with transaction.atomic():
+        due = list(
+            Schedule.objects.select_for_update(skip_locked=True)
+            .filter(next_run_at__lte=now)
+            .order_by("next_run_at")[:limit]
+        )
+        fx = Effects()
+        for s in due:
+            instant, count = s.next_run_at, 0
+            while instant <= now and count < per_schedule and fired < limit:
+                occur(s, instant, fx)
+                instants.append(instant)
+                s.last_run_at = instant
+                instant = cron.next_after(s.cron, instant)
+                count += 1
+                fired += 1
+            s.next_run_at = instant
+            s.save(update_fields=["last_run_at", "next_run_at"])
+        finish(fx, now, inline=True)
+    metrics.record_lag("schedule_fire", now, instants)
+    return fired
+
+
+def occur(s: Schedule, instant: int, fx: Effects) -> None:
+    """Create-if-absent the occurrence promise, evaluated at ``instant`` (createdAt = instant; a
+    backlogged occurrence past its deadline reads as timed out and is never dispatched)."""
+
+    promise_id = expand(s.promise_id, s.id, instant)
+    if Promise.objects.filter(id=promise_id).exists():
+        return
+    req = PromiseCreateReq(
+        id=promise_id,
+        timeout_at=later(instant, s.promise_timeout),
+        param=Value(headers=s.promise_param_headers, data=s.promise_param_data),
+        tags={**s.promise_tags, **occurrence_tags(s.id, promise_id)},
+    )
+    services.create_with_task(req, instant, fx)
+    metrics.record_schedule_promise()
+
+
+def occurrence_tags(schedule_id: str, promise_id: str) -> dict[str, str]:
+    """Tags the server adds to each occurrence, overriding the schedule's own (as the reference
+    server): the occurrence is the root of its own call tree."""
+    return {
+        SCHEDULE: schedule_id,
+        "resonate:origin": promise_id,
+        BRANCH: promise_id,
+        "resonate:parent": promise_id,
+        "resonate:prefix": promise_id,
+    }
+
+
+# """Internal steps owned by tasks (R4 callback drain, R5 lease expiry, R6 retry/dispatch) and the
+# runner that drives every step (spec §5).
+#
+# Each step is ``(now, limit) -> count``: one transaction claiming at most ``limit`` due rows with
+# ``SKIP LOCKED``, re-checking every guard ("an armed timer means not before").
+# """
+
+
+def _due_tasks(state: str, field: str, now: int, limit: int) -> list[tuple[Task, Promise]]:
+    """Claim the promises of due tasks (SKIP LOCKED), then read their tasks after the locks are
+    held and keep those still due (see ``tasks_app/locks.py`` for why the task is re-read)."""
+    claimed = list(
+        Promise.objects.select_for_update(skip_locked=True, of=("self",))
+        .filter(**{"task__state": state, f"task__{field}__lte": now})
+        .order_by(f"task__{field}")[:limit]
+    )
+    tasks = {t.pk: t for t in Task.objects.filter(pk__in=[p.id for p in claimed])}
+    due = []
+    for p in claimed:
+        task = tasks.get(p.id)
+        deadline = None if task is None else getattr(task, field)
+        if task is not None and task.state == state and deadline is not None and deadline <= now:
+            due.append((task, p))
+    return due
+
+
+def lease_expiry(now: int, limit: int) -> int:
+    """R5: an acquired task whose lease passed goes back to pending (same version) and is
+    dispatched again. If its promise is dead it is not re-pended (C5): its timeout is applied
+    instead, which fulfils it."""
+    with transaction.atomic():
+        due = _due_tasks(TaskState.ACQUIRED, "expires_at", now, limit)
+        deadlines = [task.expires_at or now for task, _ in due]  # before they change
+        fx = Effects()
+        for task, p in due:
+            if is_live(p, now):
+                transitions.make_pending(task, p, now, fx)
+            else:
+                services.time_out(p, fx)
+        finish(fx, now, inline=True)
+    metrics.record_lag("lease_expiry", now, deadlines)
+    return len(due)
+
+
+def retry_dispatch(now: int, limit: int) -> int:
+    """R6: a pending task nobody acquired is offered again every RETRY_TIMEOUT_MS. No dispatch for
+    the dead (C5): a task whose promise is dead gets its timeout applied instead."""
+    with transaction.atomic():
+        due = _due_tasks(TaskState.PENDING, "retry_at", now, limit)
+        deadlines = [task.retry_at or now for task, _ in due]  # before they change
+        fx = Effects()
+        for task, p in due:
+            if is_live(p, now):
+                transitions.dispatch(task, p, now)
+            else:
+                services.time_out(p, fx)
+        finish(fx, now, inline=True)
+    metrics.record_lag("retry_dispatch", now, deadlines)
+    return len(due)
+
+
+def callback_drain(now: int, limit: int) -> int:
+    """R4 for callbacks left ready (the awaiter was busy at settlement, or the steps were
+    paused): resume each awaiter, with the deadline guard of C6."""
+    with transaction.atomic():
+        rows = list(Callback.objects.select_for_update(skip_locked=True).filter(ready=True)[:limit])
+        fx = Effects()
+        done: list[int] = []
+        by_awaited: dict[str, list[Callback]] = {}
+        for cb in rows:
+            by_awaited.setdefault(cb.awaited_id, []).append(cb)
+        for awaited_id, cbs in by_awaited.items():
+            handled = set(
+                services.resume_awaiters(awaited_id, [cb.awaiter_id for cb in cbs], now, fx)
+            )
+            done.extend(cb.id for cb in cbs if cb.awaiter_id in handled)
+        Callback.objects.filter(id__in=done).delete()
+        finish(fx, now, inline=True)
+        return len(done)
+
+
+Step = Callable[[int, int], int]
+STEPS: tuple[Step, ...] = (
+    promise_timeouts,
+    schedule_fire,
+    lease_expiry,
+    retry_dispatch,
+    listener_drain,
+    callback_drain,
+)
+
+
+# The OpenTelemetry API: a no-op unless resonate_project.observability.tracing installed a provider.
+_tracer = trace.get_tracer("resonate.steps")
+
+
+def run_due(now: int, limit: int) -> int:
+    """Run every internal step until none finds a full batch; returns the rows processed."""
+    # One trace per tick: its steps, and their queries, are children rather than traces each.
+    with _tracer.start_as_current_span("resonate tick") as span:
+        total = _run_steps(now, limit)
+        span.set_attribute("resonate.rows", total)
+        return total
+
+
+def _run_steps(now: int, limit: int) -> int:
+    total = 0
+    for step in STEPS:
+        while True:
+            started = time.perf_counter()
+            with _tracer.start_as_current_span(f"resonate step {step.__name__}") as span:
+                n = step(now, limit)
+                span.set_attribute("resonate.rows", n)
+            metrics.record_step(step.__name__, n, time.perf_counter() - started)
+            total += n
+            if n < limit:
+                break
+    return total
