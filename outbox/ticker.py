@@ -11,6 +11,7 @@ from django.db import close_old_connections
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
 from resonate_project.engine.debug import paused
+from resonate_project.engine.steps import run_due
 
 log = logging.getLogger("resonate.ticker")
 
@@ -18,8 +19,6 @@ log = logging.getLogger("resonate.ticker")
 def tick_once() -> int:
     if paused():
         return 0
-    from resonate_project.engine.steps import run_due
-
     return run_due(now_ms(), resonate_settings().STEP_BATCH)
 
 

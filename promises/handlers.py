@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
@@ -38,10 +38,11 @@ from resonate_project.core.wire.promises import (
     check_search_tags,
     check_tags,
 )
-from resonate_project.engine.debug import paused
-from resonate_project.engine.effects import Effects, finish
+from resonate_project.engine import promises as services
+from resonate_project.engine.effects import Effects
 from resonate_project.engine.locks import promise_for_update, promises_for_update
 from resonate_project.engine.search import search_page
+from resonate_project.engine.uow import unit_of_work
 
 if TYPE_CHECKING:
     from tasks_app.models import Task
@@ -63,10 +64,8 @@ def promise_create(req: PromiseCreateReq, now: int) -> Response:
     at ``resonate:delay``)."""
     if refusal := check_tags("tags", req.tags):
         return refusal
-    with transaction.atomic():
-        fx = Effects()
+    with unit_of_work(now) as fx:
         res = create(req, now, fx)
-        finish(fx, now, inline=not paused())
         return res
 
 
@@ -76,8 +75,6 @@ def create(req: PromiseCreateReq, now: int, fx: Effects, locked: Promise | None 
     The spec refuses a timer that is also targeted (400); the Python SDK's ``ctx.sleep`` sends
     exactly that, so it is accepted with timer semantics (README, deviations).
     """
-    from resonate_project.engine import promises as services
-
     if refusal := check_target("tags", req.tags):
         return refusal
     if locked is not None:  # the caller (task.fence) holds it already
@@ -102,10 +99,8 @@ def promise_settle(req: PromiseSettleReq, now: int) -> Response:
     the record as it stands (clients must read the record, not the status)."""
     if refusal := check_settable(req.state):
         return refusal
-    with transaction.atomic():
-        fx = Effects()
+    with unit_of_work(now) as fx:
         res = settle(req.id, req.state, req.value, now, fx)
-        finish(fx, now, inline=not paused())
         return res
 
 
@@ -120,8 +115,6 @@ def settle(
 ) -> Response:
     """P-03 after its 400, inside a caller's transaction (also the inner handler of a fence,
     which passes the promise and task it already locked and read)."""
-    from resonate_project.engine import promises as services
-
     if locked is None:
         settled = services.settle_if_live(promise_id, state, value, now, fx)
         if settled is not None:
@@ -141,7 +134,7 @@ def promise_register_callback(req: PromiseRegisterCallbackReq, now: int) -> Resp
     are live; answers with the awaited record either way."""
     if req.awaited == req.awaiter:
         return bad_request("awaited and awaiter must differ")
-    with transaction.atomic():
+    with unit_of_work(now):
         locked = promises_for_update([req.awaited, req.awaiter])
         awaited, awaiter = locked.get(req.awaited), locked.get(req.awaiter)
         if awaited is None:
@@ -190,7 +183,7 @@ def promise_register_listener(req: PromiseRegisterListenerReq, now: int) -> Resp
     """
     if refusal := check_address(req.address):
         return refusal
-    with transaction.atomic():
+    with unit_of_work(now):
         p = promise_for_update(req.awaited)
         if p is None:
             return fail(404, PROMISE_NOT_FOUND)

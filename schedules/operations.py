@@ -6,14 +6,11 @@ promises, the order the schedule step uses.
 
 from __future__ import annotations
 
-from django.db import transaction
-
 from promises.models import Promise
 from resonate_project.core.protocol import Response, fail, ok, promise_record
 from resonate_project.core.schedules import expand
-from resonate_project.engine.debug import paused
-from resonate_project.engine.effects import Effects, finish
 from resonate_project.engine.steps import occur
+from resonate_project.engine.uow import unit_of_work
 from schedules.handlers import SCHEDULE_NOT_FOUND
 from schedules.models import Schedule
 
@@ -24,16 +21,14 @@ def fire_now(schedule_id: str, now: int) -> Response:
     ``last_run_at`` as the step does and leaves ``next_run_at`` alone, so the regular cadence
     is unchanged. ``data.created`` is False when the expanded id already existed (a template
     without ``{{.timestamp}}``, or a second fire in the same millisecond)."""
-    with transaction.atomic():
+    with unit_of_work(now) as fx:
         s = Schedule.objects.select_for_update().filter(id=schedule_id).first()
         if s is None:
             return fail(404, SCHEDULE_NOT_FOUND)
         promise_id = expand(s.promise_id, s.id, now)
         existed = Promise.objects.filter(id=promise_id).exists()
-        fx = Effects()
         occur(s, now, fx)
         s.last_run_at = now
         s.save(update_fields=["last_run_at"])
-        finish(fx, now, inline=not paused())
         p = Promise.objects.get(id=promise_id)
         return ok({"promise": promise_record(p, now), "created": not existed})

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Q
 
 from promises import handlers as promise_handlers
@@ -43,10 +42,9 @@ from resonate_project.core.wire.tasks import (
 )
 from resonate_project.engine import promises as services
 from resonate_project.engine import tasks as transitions
-from resonate_project.engine.debug import paused
-from resonate_project.engine.effects import Effects, finish
 from resonate_project.engine.locks import task_for_update, task_read, tasks_for_update
 from resonate_project.engine.search import search_page
+from resonate_project.engine.uow import unit_of_work
 from tasks_app.models import Task, TaskState
 
 PROTOCOL_VERSION = "2026-04-01"
@@ -118,7 +116,7 @@ def task_create(req: TaskCreateReq, now: int) -> Response:
         return bad_request("a resonate:timer promise may not carry resonate:target in task.create")
     if refusal := promise_handlers.check_target("action.data.tags", action.tags):
         return refusal
-    with transaction.atomic():
+    with unit_of_work(now):
         born = services.new_promise(action, now)
         if services.insert(born):  # the common case first: one statement
             if born.state == PromiseState.PENDING:
@@ -152,7 +150,7 @@ def task_create(req: TaskCreateReq, now: int) -> Response:
 
 def task_acquire(req: TaskAcquireReq, now: int) -> Response:
     """T-03. Exclusive per version: the version goes up by one and the caller holds the lease."""
-    with transaction.atomic():
+    with unit_of_work(now):
         t, p = task_for_update(req.id)
         if t is None or p is None:
             return fail(404, TASK_NOT_FOUND)
@@ -176,14 +174,13 @@ def task_fence(req: TaskFenceReq, now: int) -> Response:
             "action.data.id must differ from id: a task may not fence its own promise "
             "(use task.fulfill)"
         )
-    with transaction.atomic():
+    with unit_of_work(now) as fx:
         locked = tasks_for_update([req.id, action.data.id])
         t, p = locked.get(req.id, (None, None))
         if t is None or p is None:
             return fail(404, TASK_NOT_FOUND)
         if refusal := fence_refusal(t, p, req.version, now):
             return refusal
-        fx = Effects()
         target_task, target = locked.get(action.data.id, (None, None))
         if isinstance(action, CreateAction):
             inner = promise_handlers.create(action.data, now, fx, locked=target)
@@ -197,7 +194,6 @@ def task_fence(req: TaskFenceReq, now: int) -> Response:
                 locked=target,
                 task=target_task,
             )
-        finish(fx, now, inline=not paused())
         head = {
             "corrId": str(action.head.get("corrId", "")),
             "status": inner.status,
@@ -213,7 +209,7 @@ def task_heartbeat(req: TaskHeartbeatReq, now: int) -> Response:
     live (C7); everything else is skipped silently. Always 200."""
     if not req.tasks:
         return ok({})
-    with transaction.atomic():
+    with unit_of_work(now):
         locked = tasks_for_update([ref.id for ref in req.tasks])
         for ref in req.tasks:
             t, p = locked.get(ref.id, (None, None))
@@ -239,7 +235,7 @@ def task_suspend(req: TaskSuspendReq, now: int) -> Response:
         return bad_request("actions[].data.awaited must not be the task's own id")
     if len(set(awaited)) != len(awaited):
         return bad_request("actions[].data.awaited names the same promise twice")
-    with transaction.atomic():
+    with unit_of_work(now):
         locked = tasks_for_update([req.id, *awaited])
         t, p = locked.get(req.id, (None, None))
         if t is None or p is None:
@@ -272,35 +268,31 @@ def task_fulfill(req: TaskFulfillReq, now: int) -> Response:
     data = req.action.data
     if refusal := promise_handlers.check_settable(data.state):
         return refusal
-    with transaction.atomic():
+    with unit_of_work(now) as fx:
         t, p = task_for_update(req.id)
         if t is None or p is None:
             return fail(404, TASK_NOT_FOUND)
         if refusal := fence_refusal(t, p, req.version, now):
             return refusal
-        fx = Effects()
         services.settle(p, data.state, data.value, now, fx, task=t)
-        finish(fx, now, inline=not paused())
         return ok({"promise": promise_record(p, now)})
 
 
 def task_release(req: TaskReleaseReq, now: int) -> Response:
     """T-08. Back to pending (resumes kept), due for dispatch at once."""
-    with transaction.atomic():
+    with unit_of_work(now) as fx:
         t, p = task_for_update(req.id)
         if t is None or p is None:
             return fail(404, TASK_NOT_FOUND)
         if refusal := fence_refusal(t, p, req.version, now):
             return refusal
-        fx = Effects()
         transitions.make_pending(t, p, now, fx)
-        finish(fx, now, inline=not paused())
         return ok({})
 
 
 def task_halt(req: TaskHaltReq, now: int) -> Response:
     """T-09. Take a task out of circulation; 409 once it is (viewed) fulfilled (C4)."""
-    with transaction.atomic():
+    with unit_of_work(now):
         t, p = task_for_update(req.id)
         if t is None or p is None:
             return fail(404, TASK_NOT_FOUND)
@@ -314,7 +306,7 @@ def task_halt(req: TaskHaltReq, now: int) -> Response:
 
 def task_continue(req: TaskContinueReq, now: int) -> Response:
     """T-10. A halted task goes back to pending and is dispatched (gated on its promise, C4)."""
-    with transaction.atomic():
+    with unit_of_work(now) as fx:
         t, p = task_for_update(req.id)
         if t is None:
             return fail(404, TASK_NOT_FOUND)
@@ -324,9 +316,7 @@ def task_continue(req: TaskContinueReq, now: int) -> Response:
             return fail(409, "task is not halted")
         if not is_live(p, now):
             return fail(409, "task's promise is not pending")
-        fx = Effects()
         transitions.make_pending(t, p, now, fx)
-        finish(fx, now, inline=not paused())
         return ok({})
 
 

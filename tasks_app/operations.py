@@ -6,14 +6,11 @@ Each is one transaction with ``now`` passed in, taking the same locks as the han
 
 from __future__ import annotations
 
-from django.db import transaction
-
-from resonate_project.core.protocol import Response, fail, is_live, ok, promise_record, task_record
+from resonate_project.core.protocol import Response, fail, ok, promise_record, task_record
 from resonate_project.engine import promises as services
 from resonate_project.engine import tasks as transitions
-from resonate_project.engine.debug import paused
-from resonate_project.engine.effects import Effects, finish
 from resonate_project.engine.locks import task_for_update
+from resonate_project.engine.uow import unit_of_work
 from tasks_app.handlers import TASK_NOT_FOUND
 from tasks_app.models import TaskState
 
@@ -26,16 +23,12 @@ def expire_lease(task_id: str, now: int) -> Response:
     a lower one), so every fence refuses it. A task whose promise is past its deadline is timed
     out instead (C5), which fulfils it. 409 unless the task is stored acquired.
     """
-    with transaction.atomic():
+    with unit_of_work(now) as fx:
         t, p = task_for_update(task_id)
         if t is None or p is None:
             return fail(404, TASK_NOT_FOUND)
         if t.state != TaskState.ACQUIRED:
             return fail(409, f"task is {t.state}, not acquired")
-        fx = Effects()
-        if is_live(p, now):
+        if services.live_or_time_out(p, now, fx):
             transitions.make_pending(t, p, now, fx)
-        else:
-            services.time_out(p, fx)
-        finish(fx, now, inline=not paused())
         return ok({"task": task_record(t, p, now), "promise": promise_record(p, now)})

@@ -52,9 +52,14 @@ def is_live(p: Promise, now: int) -> bool:
     return p.state == PENDING and now < p.timeout_at
 
 
+def timeout_verdict(timer: bool) -> str:
+    """The state a promise takes at its deadline: resolved for a timer, else timed out."""
+    return RESOLVED if timer else REJECTED_TIMEDOUT
+
+
 def projected_state(p: Promise, now: int) -> tuple[str, int | None]:
     if p.state == PENDING and p.timeout_at <= now:
-        return (RESOLVED if p.timer else REJECTED_TIMEDOUT), p.timeout_at
+        return timeout_verdict(p.timer), p.timeout_at
     return p.state, p.settled_at
 
 

@@ -1,4 +1,4 @@
-"""What a transition leaves for the internal steps, and running them inline.
+"""What a transition leaves for the internal steps (run inline by ``engine.uow``).
 
 A handler first applies exactly the abstract machine's transition (spec §4). The steps that
 transition enables for the objects it touched (dispatch of a task made due, the listener and
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from promises.models import Callback, Listener, Promise
+from promises.models import Promise
 
 if TYPE_CHECKING:
     from tasks_app.models import Task
@@ -28,25 +28,3 @@ class Effects:
 
     def settled_promise(self, promise: Promise) -> None:
         self.settled.append(promise)
-
-
-def finish(fx: Effects, now: int, *, inline: bool) -> None:
-    """Run the enabled steps for what ``fx`` recorded (inline), or leave them for the sweeps."""
-    from resonate_project.engine import promises as services
-    from resonate_project.engine.tasks import dispatch
-
-    # Only external promises can carry callbacks and listeners (C2, C3): skip the queries for
-    # the rest, which are most settlements (an SDK's ctx.run steps are internal).
-    settled = [p for p in fx.settled if p.external]
-    if settled and not inline:
-        ids = [p.id for p in settled]
-        Callback.objects.filter(awaited_id__in=ids).update(ready=True)
-        Listener.objects.filter(awaited_id__in=ids).update(ready=True)
-    elif settled:
-        # One query each for the whole batch (a timeout sweep settles hundreds at once).
-        services.drain_listeners(settled, now)
-        services.drain_callbacks(settled, now, fx)
-    if not inline:
-        return
-    for task, promise in fx.due:
-        dispatch(task, promise, now)

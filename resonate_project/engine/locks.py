@@ -1,8 +1,16 @@
-"""Named row locks for promises.
+"""Named row locks, and the one lock order every writer follows.
 
-Lock order, everywhere: promise rows in ascending id order, and a task only after its own promise
-(a task shares its promise's id, so the promise row lock guards both). On SQLite the IMMEDIATE
-transaction already serialises writers and ``select_for_update`` is a no-op.
+Lock order: promise rows in ascending id order, and a task only after its own promise (a task
+shares its promise's id, so the promise row lock guards both); a schedule row before the
+promises it creates. Sweeps claim with ``SKIP LOCKED`` in bounded batches; a drain that would
+wait on an awaiter skips it instead (``engine.promises.resume_callbacks``). On SQLite the
+IMMEDIATE transaction already serialises writers and ``select_for_update`` is a no-op.
+
+A task is read in a second statement on purpose. On PostgreSQL, ``SELECT … FOR UPDATE OF
+promise`` joined to ``task`` re-checks only the locked promise row after waiting for a lock; the
+joined task columns would still come from the statement's old snapshot (so sixteen racing
+acquires would all see version 0). A statement issued after the lock is held sees the latest
+committed task.
 """
 
 from __future__ import annotations
@@ -22,17 +30,6 @@ def promises_for_update(ids: Iterable[str]) -> dict[str, Promise]:
     wanted = sorted(set(ids))
     rows = Promise.objects.select_for_update().filter(id__in=wanted).order_by("id")
     return {p.id: p for p in rows}
-
-
-# """Named row locks for tasks. A task is guarded by its promise's row lock (same id), so locking a
-# task means locking that promise row and then reading the task.
-#
-# The task is read in a second statement on purpose. On PostgreSQL, ``SELECT … FOR UPDATE OF
-# promise`` joined to ``task`` re-checks only the locked promise row after waiting for a lock; the
-# joined task columns would still come from the statement's old snapshot (so sixteen racing
-# acquires would all see version 0). A statement issued after the lock is held sees the latest
-# committed task.
-# """
 
 
 def task_for_update(task_id: str) -> tuple[Task | None, Promise | None]:
@@ -59,3 +56,23 @@ def task_read(task_id: str) -> tuple[Task | None, Promise | None]:
         return p.task, p
     except Task.DoesNotExist:
         return None, p
+
+
+def due_tasks_for_update(
+    state: str, field: str, now: int, limit: int
+) -> list[tuple[Task, Promise]]:
+    """Claim the promises of due tasks (SKIP LOCKED), then read their tasks after the locks are
+    held and keep those still due (the task is re-read for the reason given above)."""
+    claimed = list(
+        Promise.objects.select_for_update(skip_locked=True, of=("self",))
+        .filter(**{"task__state": state, f"task__{field}__lte": now})
+        .order_by(f"task__{field}")[:limit]
+    )
+    tasks = {t.pk: t for t in Task.objects.filter(pk__in=[p.id for p in claimed])}
+    due = []
+    for p in claimed:
+        task = tasks.get(p.id)
+        deadline = None if task is None else getattr(task, field)
+        if task is not None and task.state == state and deadline is not None and deadline <= now:
+            due.append((task, p))
+    return due

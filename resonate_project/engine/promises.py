@@ -3,19 +3,19 @@ R3, R4). Callers hold the relevant promise row locks and own the transaction."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from django.db import connection
 from django.db.models import Model
 
 from promises.models import Callback, Listener, Promise, PromiseState
 from resonate_project.core import tags as T
-from resonate_project.core.protocol import promise_record
+from resonate_project.core.protocol import is_live, promise_record, timeout_verdict
 from resonate_project.core.wire.promises import PromiseCreateReq, Value
+from resonate_project.engine import outbox
 from resonate_project.engine.effects import Effects
-
-if TYPE_CHECKING:
-    from tasks_app.models import Task
+from resonate_project.engine.tasks import born_fulfilled, born_pending, fulfil, resume
+from tasks_app.models import Task
 
 
 def new_promise(req: PromiseCreateReq, now: int) -> Promise:
@@ -25,9 +25,10 @@ def new_promise(req: PromiseCreateReq, now: int) -> Promise:
     tags = req.tags
     timer = T.is_timer(tags)
     if req.timeout_at > now:
-        state, created_at, settled_at = PromiseState.PENDING, now, None
+        state: str = PromiseState.PENDING
+        created_at, settled_at = now, None
     else:
-        state = PromiseState.RESOLVED if timer else PromiseState.REJECTED_TIMEDOUT
+        state = timeout_verdict(timer)
         created_at = settled_at = req.timeout_at
     return Promise(
         id=req.id,
@@ -74,8 +75,6 @@ def insert(obj: Model) -> bool:
 def create_with_task(req: PromiseCreateReq, now: int, fx: Effects) -> Promise | None:
     """P-02 births: the promise and, when targeted, its task (pending v0, or fulfilled v0 when
     born dead). None if the id was taken concurrently."""
-    from resonate_project.engine.tasks import born_fulfilled, born_pending
-
     p = new_promise(req, now)
     if not insert(p):
         return None
@@ -97,9 +96,6 @@ def settle(
 ) -> None:
     """Store a settlement and fulfil the promise's task in the same transaction (§1.7).
     ``task``: the promise's task when the caller already read it under the lock."""
-    from resonate_project.engine.tasks import fulfil
-    from tasks_app.models import Task
-
     p.state = state
     p.value_headers = value.headers if value is not None else None
     p.value_data = value.data if value is not None else None
@@ -130,9 +126,6 @@ def settle_if_live(
         return None
     p = rows[0]
     if p.target is not None:
-        from resonate_project.engine.tasks import fulfil
-        from tasks_app.models import Task
-
         task = Task.objects.filter(pk=p.id).first()
         if task is not None and task.state != "fulfilled":
             fulfil(task)
@@ -142,14 +135,29 @@ def settle_if_live(
 
 def time_out(p: Promise, fx: Effects) -> None:
     """R1: materialise the deadline settlement (value untouched, stamped at the deadline)."""
-    verdict = PromiseState.RESOLVED if p.timer else PromiseState.REJECTED_TIMEDOUT
-    settle(p, verdict, None, p.timeout_at, fx)
+    settle(p, timeout_verdict(p.timer), None, p.timeout_at, fx)
+
+
+def live_or_time_out(p: Promise, now: int, fx: Effects) -> bool:
+    """True if ``p`` is live at ``now``; else its timeout is applied now (C5: nothing is
+    re-pended or dispatched for the dead), which fulfils its task, and False."""
+    if is_live(p, now):
+        return True
+    time_out(p, fx)
+    return False
+
+
+def unblock_listeners(rows: list[tuple[int, str, str]], records: dict[str, Any], now: int) -> int:
+    """R3 for listener rows ``(id, awaited id, address)``: one ``unblock`` each carrying its
+    promise's record, then forget them."""
+    for _, awaited_id, address in rows:
+        outbox.unblock(records[awaited_id], address, now)
+    Listener.objects.filter(id__in=[row[0] for row in rows]).delete()
+    return len(rows)
 
 
 def drain_listeners(settled: list[Promise], now: int) -> int:
-    """R3 for every listener of these settled promises: one ``unblock`` each, then forget them."""
-    from resonate_project.engine import outbox as enqueue
-
+    """R3 for every listener of these settled promises (inline, right after settling)."""
     rows = list(
         Listener.objects.filter(awaited_id__in=[p.id for p in settled]).values_list(
             "id", "awaited_id", "address"
@@ -157,27 +165,17 @@ def drain_listeners(settled: list[Promise], now: int) -> int:
     )
     if not rows:
         return 0
-    records = {p.id: promise_record(p, now) for p in settled}
-    for _, awaited_id, address in rows:
-        enqueue.unblock(records[awaited_id], address, now)
-    Listener.objects.filter(id__in=[row[0] for row in rows]).delete()
-    return len(rows)
+    return unblock_listeners(rows, {p.id: promise_record(p, now) for p in settled}, now)
 
 
-def drain_callbacks(settled: list[Promise], now: int, fx: Effects) -> int:
-    """R4 for the callbacks of these settled promises whose awaiter can be locked without waiting.
+def resume_callbacks(rows: list[tuple[int, str, str]], now: int, fx: Effects) -> list[int]:
+    """R4 for callback rows ``(id, awaited id, awaiter id)`` whose awaiter can be locked without
+    waiting: resume each (deadline guard of C6) and delete its row. Returns the rows left because
+    their awaiter was busy.
 
     Waiting here could deadlock against a suspend that holds the awaiter and wants the awaited
-    promise, so a busy awaiter is skipped; its callback is marked ready and the callback step
-    resumes it.
+    promise, so a busy awaiter is skipped; the callback step resumes it later.
     """
-    rows = list(
-        Callback.objects.filter(awaited_id__in=[p.id for p in settled]).values_list(
-            "id", "awaited_id", "awaiter_id"
-        )
-    )
-    if not rows:
-        return 0
     by_awaited: dict[str, list[tuple[int, str]]] = {}
     for row_id, awaited_id, awaiter_id in rows:
         by_awaited.setdefault(awaited_id, []).append((row_id, awaiter_id))
@@ -188,16 +186,27 @@ def drain_callbacks(settled: list[Promise], now: int, fx: Effects) -> int:
         for row_id, awaiter_id in entries:
             (done if awaiter_id in resumed else busy).append(row_id)
     Callback.objects.filter(id__in=done).delete()
+    return busy
+
+
+def drain_callbacks(settled: list[Promise], now: int, fx: Effects) -> int:
+    """R4 for the callbacks of these settled promises (inline, right after settling); a callback
+    whose awaiter is busy is marked ready for the callback step."""
+    rows = list(
+        Callback.objects.filter(awaited_id__in=[p.id for p in settled]).values_list(
+            "id", "awaited_id", "awaiter_id"
+        )
+    )
+    if not rows:
+        return 0
+    busy = resume_callbacks(rows, now, fx)
     if busy:
         Callback.objects.filter(id__in=busy).update(ready=True)
-    return len(done)
+    return len(rows) - len(busy)
 
 
 def resume_awaiters(awaited_id: str, awaiter_ids: list[str], now: int, fx: Effects) -> list[str]:
     """Lock the awaiters that are free (SKIP LOCKED) and resume each; return the ids handled."""
-    from resonate_project.engine.tasks import resume
-    from tasks_app.models import Task
-
     awaiters = list(
         Promise.objects.select_for_update(skip_locked=True, of=("self",))
         .filter(id__in=sorted(awaiter_ids))

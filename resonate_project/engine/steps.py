@@ -1,7 +1,9 @@
-"""Internal steps owned by promises: R1 promise timeout and R3 listener drain (spec §5).
+"""The internal steps (spec §5): R1 promise timeout, R7 schedule fire, R5 lease expiry, R6 retry
+dispatch, R3 listener drain, R4 callback drain, and the runner that drives them.
 
-Each is ``(now, limit) -> count``: one transaction claiming at most ``limit`` due rows with
-``SKIP LOCKED`` (so concurrent sweepers never process the same row), re-checking every guard.
+Each step is ``(now, limit) -> count``: one unit of work claiming at most ``limit`` due rows with
+``SKIP LOCKED`` (so concurrent sweepers never process the same row), re-checking every guard ("an
+armed timer means not before").
 """
 
 from __future__ import annotations
@@ -9,74 +11,78 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from django.db import transaction
 from opentelemetry import trace
 
 from promises.models import Callback, Listener, Promise, PromiseState
 from resonate_project.core import cron
 from resonate_project.core.conf import resonate_settings
-from resonate_project.core.protocol import is_live, promise_record
+from resonate_project.core.protocol import promise_record
 from resonate_project.core.schedules import expand
 from resonate_project.core.tags import BRANCH, SCHEDULE
 from resonate_project.core.wire.promises import PromiseCreateReq, Value, later
-from resonate_project.engine import outbox as enqueue
-from resonate_project.engine import promises as services
-from resonate_project.engine import tasks as transitions
-from resonate_project.engine.effects import Effects, finish
+from resonate_project.engine import promises, tasks
+from resonate_project.engine.effects import Effects
+from resonate_project.engine.locks import due_tasks_for_update
+from resonate_project.engine.uow import unit_of_work
 from resonate_project.observability import metrics
 from schedules.models import Schedule
-from tasks_app.models import Task, TaskState
+from tasks_app.models import TaskState
 
 
 def promise_timeouts(now: int, limit: int) -> int:
     """R1: settle external promises whose deadline has passed (C1: only external ones are armed;
     an internal promise's deadline is projection only)."""
-    with transaction.atomic():
+    with unit_of_work(now, steps=True) as fx:
         due = list(
             Promise.objects.select_for_update(skip_locked=True)
             .filter(state=PromiseState.PENDING, external=True, timeout_at__lte=now)
             .order_by("timeout_at")[:limit]
         )
         deadlines = [p.timeout_at for p in due]
-        fx = Effects()
         for p in due:
-            services.time_out(p, fx)
-        finish(fx, now, inline=True)
+            promises.time_out(p, fx)
     metrics.record_lag("promise_timeouts", now, deadlines)
     return len(due)
 
 
 def listener_drain(now: int, limit: int) -> int:
     """R3 for listeners left ready by a settlement made while the steps were paused."""
-
-    with transaction.atomic():
+    with unit_of_work(now, steps=True):
         rows = list(
             Listener.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("awaited")
             .filter(ready=True)[:limit]
         )
-        for listener in rows:
-            enqueue.unblock(promise_record(listener.awaited, now), listener.address, now)
-        Listener.objects.filter(id__in=[r.id for r in rows]).delete()
-        return len(rows)
+        records = {r.awaited_id: promise_record(r.awaited, now) for r in rows}
+        triples = [(r.id, r.awaited_id, r.address) for r in rows]
+        return promises.unblock_listeners(triples, records, now)
 
 
-# """R7 schedule fire with catch-up (spec §5.6)."""
+def callback_drain(now: int, limit: int) -> int:
+    """R4 for callbacks left ready (the awaiter was busy at settlement, or the steps were
+    paused): resume each awaiter, with the deadline guard of C6."""
+    with unit_of_work(now, steps=True) as fx:
+        rows = list(
+            Callback.objects.select_for_update(skip_locked=True)
+            .filter(ready=True)
+            .values_list("id", "awaited_id", "awaiter_id")[:limit]
+        )
+        busy = promises.resume_callbacks(rows, now, fx)
+        return len(rows) - len(busy)
 
 
 def schedule_fire(now: int, limit: int) -> int:
-    """Create every occurrence due in ``[nextRunAt, now]``, each as if at its own instant, up to
-    ``SCHEDULE_CATCHUP_BATCH`` per schedule per call; returns the occurrences fired."""
+    """R7: create every occurrence due in ``[nextRunAt, now]``, each as if at its own instant, up
+    to ``SCHEDULE_CATCHUP_BATCH`` per schedule per call; returns the occurrences fired."""
     per_schedule = resonate_settings().SCHEDULE_CATCHUP_BATCH
     fired = 0
     instants: list[int] = []
-    with transaction.atomic():
+    with unit_of_work(now, steps=True) as fx:
         due = list(
             Schedule.objects.select_for_update(skip_locked=True)
             .filter(next_run_at__lte=now)
             .order_by("next_run_at")[:limit]
         )
-        fx = Effects()
         for s in due:
             instant, count = s.next_run_at, 0
             while instant <= now and count < per_schedule and fired < limit:
@@ -88,7 +94,6 @@ def schedule_fire(now: int, limit: int) -> int:
                 fired += 1
             s.next_run_at = instant
             s.save(update_fields=["last_run_at", "next_run_at"])
-        finish(fx, now, inline=True)
     metrics.record_lag("schedule_fire", now, instants)
     return fired
 
@@ -96,7 +101,6 @@ def schedule_fire(now: int, limit: int) -> int:
 def occur(s: Schedule, instant: int, fx: Effects) -> None:
     """Create-if-absent the occurrence promise, evaluated at ``instant`` (createdAt = instant; a
     backlogged occurrence past its deadline reads as timed out and is never dispatched)."""
-
     promise_id = expand(s.promise_id, s.id, instant)
     if Promise.objects.filter(id=promise_id).exists():
         return
@@ -106,7 +110,7 @@ def occur(s: Schedule, instant: int, fx: Effects) -> None:
         param=Value(headers=s.promise_param_headers, data=s.promise_param_data),
         tags={**s.promise_tags, **occurrence_tags(s.id, promise_id)},
     )
-    services.create_with_task(req, instant, fx)
+    promises.create_with_task(req, instant, fx)
     metrics.record_schedule_promise()
 
 
@@ -122,46 +126,16 @@ def occurrence_tags(schedule_id: str, promise_id: str) -> dict[str, str]:
     }
 
 
-# """Internal steps owned by tasks (R4 callback drain, R5 lease expiry, R6 retry/dispatch) and the
-# runner that drives every step (spec §5).
-#
-# Each step is ``(now, limit) -> count``: one transaction claiming at most ``limit`` due rows with
-# ``SKIP LOCKED``, re-checking every guard ("an armed timer means not before").
-# """
-
-
-def _due_tasks(state: str, field: str, now: int, limit: int) -> list[tuple[Task, Promise]]:
-    """Claim the promises of due tasks (SKIP LOCKED), then read their tasks after the locks are
-    held and keep those still due (see ``tasks_app/locks.py`` for why the task is re-read)."""
-    claimed = list(
-        Promise.objects.select_for_update(skip_locked=True, of=("self",))
-        .filter(**{"task__state": state, f"task__{field}__lte": now})
-        .order_by(f"task__{field}")[:limit]
-    )
-    tasks = {t.pk: t for t in Task.objects.filter(pk__in=[p.id for p in claimed])}
-    due = []
-    for p in claimed:
-        task = tasks.get(p.id)
-        deadline = None if task is None else getattr(task, field)
-        if task is not None and task.state == state and deadline is not None and deadline <= now:
-            due.append((task, p))
-    return due
-
-
 def lease_expiry(now: int, limit: int) -> int:
     """R5: an acquired task whose lease passed goes back to pending (same version) and is
     dispatched again. If its promise is dead it is not re-pended (C5): its timeout is applied
     instead, which fulfils it."""
-    with transaction.atomic():
-        due = _due_tasks(TaskState.ACQUIRED, "expires_at", now, limit)
+    with unit_of_work(now, steps=True) as fx:
+        due = due_tasks_for_update(TaskState.ACQUIRED, "expires_at", now, limit)
         deadlines = [task.expires_at or now for task, _ in due]  # before they change
-        fx = Effects()
         for task, p in due:
-            if is_live(p, now):
-                transitions.make_pending(task, p, now, fx)
-            else:
-                services.time_out(p, fx)
-        finish(fx, now, inline=True)
+            if promises.live_or_time_out(p, now, fx):
+                tasks.make_pending(task, p, now, fx)
     metrics.record_lag("lease_expiry", now, deadlines)
     return len(due)
 
@@ -169,38 +143,14 @@ def lease_expiry(now: int, limit: int) -> int:
 def retry_dispatch(now: int, limit: int) -> int:
     """R6: a pending task nobody acquired is offered again every RETRY_TIMEOUT_MS. No dispatch for
     the dead (C5): a task whose promise is dead gets its timeout applied instead."""
-    with transaction.atomic():
-        due = _due_tasks(TaskState.PENDING, "retry_at", now, limit)
+    with unit_of_work(now, steps=True) as fx:
+        due = due_tasks_for_update(TaskState.PENDING, "retry_at", now, limit)
         deadlines = [task.retry_at or now for task, _ in due]  # before they change
-        fx = Effects()
         for task, p in due:
-            if is_live(p, now):
-                transitions.dispatch(task, p, now)
-            else:
-                services.time_out(p, fx)
-        finish(fx, now, inline=True)
+            if promises.live_or_time_out(p, now, fx):
+                tasks.dispatch(task, p, now)
     metrics.record_lag("retry_dispatch", now, deadlines)
     return len(due)
-
-
-def callback_drain(now: int, limit: int) -> int:
-    """R4 for callbacks left ready (the awaiter was busy at settlement, or the steps were
-    paused): resume each awaiter, with the deadline guard of C6."""
-    with transaction.atomic():
-        rows = list(Callback.objects.select_for_update(skip_locked=True).filter(ready=True)[:limit])
-        fx = Effects()
-        done: list[int] = []
-        by_awaited: dict[str, list[Callback]] = {}
-        for cb in rows:
-            by_awaited.setdefault(cb.awaited_id, []).append(cb)
-        for awaited_id, cbs in by_awaited.items():
-            handled = set(
-                services.resume_awaiters(awaited_id, [cb.awaiter_id for cb in cbs], now, fx)
-            )
-            done.extend(cb.id for cb in cbs if cb.awaiter_id in handled)
-        Callback.objects.filter(id__in=done).delete()
-        finish(fx, now, inline=True)
-        return len(done)
 
 
 Step = Callable[[int, int], int]

@@ -13,6 +13,7 @@ from resonate_project.core import tags as T
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import is_live, viewed_task_state
 from resonate_project.core.wire.promises import later
+from resonate_project.engine import outbox
 from tasks_app.models import Task, TaskState
 
 if TYPE_CHECKING:
@@ -132,8 +133,6 @@ def dispatch(t: Task, p: Promise, now: int) -> bool:
     Gated on the projected promise (C5): no dispatch for the dead. An empty target names no
     address, so the retry is re-armed but no message is written.
     """
-    from resonate_project.engine import outbox as enqueue
-
     if t.state != TaskState.PENDING or t.retry_at is None or t.retry_at > now:
         return False
     if not is_live(p, now):
@@ -141,5 +140,5 @@ def dispatch(t: Task, p: Promise, now: int) -> bool:
     t.retry_at = later(now, resonate_settings().RETRY_TIMEOUT_MS)
     t.save(update_fields=["retry_at"])
     if p.target:
-        enqueue.execute(p.id, t.version, p.target, now)
+        outbox.execute(p.id, t.version, p.target, now)
     return True

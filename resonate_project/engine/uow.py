@@ -1,0 +1,60 @@
+"""The unit of work: one transaction, the effects its transitions record, and the internal steps
+those effects enable, run inline before commit.
+
+A handler first applies exactly the abstract machine's transition (spec §4). The steps that
+transition enables for the objects it touched (dispatch of a task made due, the listener and
+callback drains of a promise it settled) then run in the same transaction, so a worker hears
+at once instead of at the next sweep. While ``debug.start`` has paused the steps they do not
+run: the settled promise's subscriptions are only marked ready for ``debug.tick``.
+
+Every writer goes through :func:`unit_of_work`; nothing else calls :func:`finish`, so no writer
+can forget the dispatch. Inside a host's own ``transaction.atomic()`` it is a savepoint, and the
+outbox rows and wake-ups commit (or roll back) with the host's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import transaction
+
+from promises.models import Callback, Listener
+from resonate_project.engine import promises
+from resonate_project.engine.debug import paused
+from resonate_project.engine.effects import Effects
+from resonate_project.engine.tasks import dispatch
+
+
+@contextmanager
+def unit_of_work(now: int, *, steps: bool = False) -> Iterator[Effects]:
+    """``with unit_of_work(now) as fx:`` lock, decide, write (recording into ``fx``), return.
+
+    On a normal exit (a ``return`` inside the block included) the enabled steps run inline,
+    unless ``debug.start`` paused them; ``steps=True`` (the internal steps themselves) always runs
+    them. An exception rolls everything back and runs nothing.
+    """
+    with transaction.atomic():
+        fx = Effects()
+        yield fx
+        if fx.due or fx.settled:
+            finish(fx, now, inline=steps or not paused())
+
+
+def finish(fx: Effects, now: int, *, inline: bool) -> None:
+    """Run the enabled steps for what ``fx`` recorded (inline), or leave them for the sweeps."""
+    # Only external promises can carry callbacks and listeners (C2, C3): skip the queries for
+    # the rest, which are most settlements (an SDK's ctx.run steps are internal).
+    settled = [p for p in fx.settled if p.external]
+    if settled and not inline:
+        ids = [p.id for p in settled]
+        Callback.objects.filter(awaited_id__in=ids).update(ready=True)
+        Listener.objects.filter(awaited_id__in=ids).update(ready=True)
+    elif settled:
+        # One query each for the whole batch (a timeout sweep settles hundreds at once).
+        promises.drain_listeners(settled, now)
+        promises.drain_callbacks(settled, now, fx)
+    if not inline:
+        return
+    for task, promise in fx.due:
+        dispatch(task, promise, now)
