@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 
 from outbox.delivery import wire
 from outbox.models import PUSH_Q, Message
-from outbox.operations import resend
+from outbox.services import resend
 from promises.admin import (
     EMPTY,
     OperatorAdmin,
@@ -204,12 +204,9 @@ class MessageAdmin(OperatorAdmin[Message]):
             return None
 
         def act(m: Message, now: int, report: Report) -> None:
-            res = resend(m.key, now)
-            if res.ok:
-                dead = ", dead letter" if m.dead_at is not None else ""
-                report.changed(m, f"due now (was: {m.attempts} attempts{dead})")
-            else:
-                report.refusal(m, res)
+            resend(key=m.key, now=now)
+            dead = ", dead letter" if m.dead_at is not None else ""
+            report.changed(m, f"due now (was: {m.attempts} attempts{dead})")
 
         self.run_each(request, rows, "Re-send", act)
         return self.after(request, rows)

@@ -24,11 +24,11 @@ from django.utils.safestring import SafeString
 from outbox.models import PUSH_Q, Message, RequestMinute
 from outbox.traffic import MINUTE_MS
 from promises.admin import changelist_url, duration, request_now, state_badge
-from promises.handlers import PROMISE_STATES, projected_state_q
 from promises.models import Promise
+from promises.selectors import PROMISE_STATES, projected_state_q
 from schedules.models import Schedule
-from tasks_app.handlers import TASK_STATES, viewed_state_q
 from tasks_app.models import Task, TaskState
+from tasks_app.selectors import TASK_STATES, viewed_state_q
 
 WINDOW_MINUTES = 60
 FAILING_SHOWN = 10

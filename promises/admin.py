@@ -31,13 +31,14 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from promises.handlers import PROMISE_STATES, filter_tags, projected_state_q
 from promises.models import Callback, Listener, Promise
+from promises.selectors import PROMISE_STATES, filter_tags, projected_state_q
+from promises.services import promise_settle
 from resonate_project.core.addresses import is_push, parse_poll
 from resonate_project.core.clock import now_ms
-from resonate_project.core.protocol import Response, is_live, projected_state, viewed_task_state
+from resonate_project.core.errors import ProtocolError
+from resonate_project.core.protocol import is_live, projected_state, viewed_task_state
 from resonate_project.core.tags import SCHEDULE
-from resonate_project.envelope import call
 from tasks_app.models import Task
 
 # The instant a page is rendered at, as a column on every row (admin display callables get only
@@ -297,10 +298,6 @@ def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def refusal_text(res: Response) -> str:
-    return f"{res.status} {res.data}"
-
-
 class Report:
     """Collects one action's outcomes, logs the changes (LogEntry, with the user) and reports
     everything, refusals included, through the messages framework."""
@@ -330,8 +327,8 @@ class Report:
     def nothing(self, obj: Model, why: str) -> None:
         self.unchanged.append(f"{obj.pk}: {why}")
 
-    def refusal(self, obj: Model, res: Response) -> None:
-        self.refused.append(f"{obj.pk}: refused ({refusal_text(res)})")
+    def refusal(self, obj: Model, refused: ProtocolError) -> None:
+        self.refused.append(f"{obj.pk}: refused ({refused.status} {refused.message})")
 
     def send(self) -> None:
         for lines, level, head in (
@@ -469,12 +466,16 @@ class OperatorAdmin[M: Model](admin.ModelAdmin):
         verb: str,
         act: Callable[[M, int, Report], None],
     ) -> Report:
-        """``act(obj, now, report)`` for each object, with ``now`` read once for the action."""
+        """``act(obj, now, report)`` for each object, with ``now`` read once for the action; a
+        service's refusal is reported for its object and the others go on."""
         now = now_ms()
         report = Report(self, request, verb)
         count = 0
         for obj in objects:
-            act(obj, now, report)
+            try:
+                act(obj, now, report)
+            except ProtocolError as refused:
+                report.refusal(obj, refused)
             count += 1
         if not count:
             self.message_user(
@@ -838,11 +839,7 @@ class PromiseAdmin(OperatorAdmin[Promise]):
         value = encoded_value(form.cleaned_data["value"])
 
         def act(p: Promise, now: int, report: Report) -> None:
-            res = call("promise.settle", {"id": p.id, "state": state, "value": value}, now)
-            if not res.ok:
-                report.refusal(p, res)
-                return
-            record = res.data["promise"]
+            record = promise_settle(id=p.id, state=state, value=value, now=now)
             if record["state"] == state and record.get("settledAt") == now:
                 report.changed(p, state)
             else:

@@ -32,11 +32,11 @@ from typing import Any
 
 import httpx
 
-from promises.handlers import PROMISE_STATES
+from promises.selectors import PROMISE_STATES
 from resonate_project.core import clock
 from resonate_project.core.protocol import Response
 from resonate_project.core.tags import BRANCH, DELAY, SCOPE, TARGET, TIMER
-from tasks_app.handlers import TASK_STATES
+from tasks_app.selectors import TASK_STATES
 
 PARENT = "resonate:parent"
 ORIGIN = "resonate:origin"

@@ -14,14 +14,14 @@ from resonate_project.access.auth import authenticate
 from resonate_project.access.principal import AuthError, Principal
 from resonate_project.access.rules import authorize, named_ids
 from resonate_project.core.conf import resonate_settings
-from resonate_project.core.protocol import Response, bad_request
+from resonate_project.core.errors import ProtocolError
+from resonate_project.core.protocol import PROTOCOL_VERSION, Response, bad_request
 from resonate_project.dispatch import DEBUG_KINDS, KINDS
 from resonate_project.json_depth import depth_refusal
 from resonate_project.observability.request import RequestObservation, request_scope
 
 log = logging.getLogger("resonate.envelope")
 
-PROTOCOL_VERSION = "2026-04-01"
 DEBUG_TIME = "resonate:debug_time"
 # PostgreSQL deadlock_detected / serialization_failure: the transaction did nothing; run it again.
 RETRYABLE_SQLSTATES = {"40P01", "40001"}
@@ -174,11 +174,14 @@ def dispatch(
 
 
 def run(handler: Any, req: Any, now: int) -> Response:
-    """Call a handler, running it again if PostgreSQL aborted it for a deadlock or a
-    serialization failure (its transaction rolled back, so nothing happened)."""
+    """Call a handler, turning its refusal into the reply and running it again if PostgreSQL
+    aborted it for a deadlock or a serialization failure (its transaction rolled back, so nothing
+    happened)."""
     for attempt in range(ATTEMPTS):
         try:
             return handler(req, now)
+        except ProtocolError as refused:
+            return Response(refused.status, refused.message)
         except OperationalError as exc:
             code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
             if code not in RETRYABLE_SQLSTATES or attempt == ATTEMPTS - 1:

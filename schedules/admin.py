@@ -33,9 +33,8 @@ from promises.admin import (
 from promises.models import Promise
 from resonate_project.core import cron
 from resonate_project.core.tags import SCHEDULE
-from resonate_project.envelope import call
 from schedules.models import Schedule
-from schedules.operations import fire_now
+from schedules.services import fire_now, schedule_delete
 
 UPCOMING = 5  # fire times shown on the detail page
 OCCURRENCES = 20  # newest occurrences shown on the detail page
@@ -188,13 +187,11 @@ class ScheduleAdmin(OperatorAdmin[Schedule]):
             return None
 
         def act(s: Schedule, now: int, report: Report) -> None:
-            res = fire_now(s.id, now)
-            if not res.ok:
-                report.refusal(s, res)
-            elif res.data["created"]:
-                report.changed(s, f"fired: created {res.data['promise']['id']}")
+            promise, created = fire_now(id=s.id, now=now)
+            if created:
+                report.changed(s, f"fired: created {promise['id']}")
             else:
-                report.nothing(s, f"occurrence {res.data['promise']['id']} already exists")
+                report.nothing(s, f"occurrence {promise['id']} already exists")
 
         self.run_each(request, schedules, "Fire now", act)
         return self.after(request, schedules)
@@ -220,11 +217,8 @@ class ScheduleAdmin(OperatorAdmin[Schedule]):
             )
 
         def act(s: Schedule, now: int, report: Report) -> None:
-            res = call("schedule.delete", {"id": s.id}, now)
-            if res.ok:
-                report.changed(s, "deleted", flag=DELETION)
-            else:
-                report.refusal(s, res)
+            schedule_delete(id=s.id, now=now)
+            report.changed(s, "deleted", flag=DELETION)
 
         self.run_each(request, schedules, "Delete", act)
         return self.after(request, schedules)

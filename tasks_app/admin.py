@@ -28,10 +28,9 @@ from promises.admin import (
 )
 from promises.models import Callback, Promise
 from resonate_project.core.protocol import PENDING, viewed_task_state
-from resonate_project.envelope import call
-from tasks_app.handlers import TASK_STATES, viewed_state_q
 from tasks_app.models import Task, TaskState
-from tasks_app.operations import expire_lease
+from tasks_app.selectors import TASK_STATES, viewed_state_q
+from tasks_app.services import expire_lease, task_continue, task_halt
 
 
 def viewed(t: Task) -> str:
@@ -243,10 +242,8 @@ class TaskAdmin(OperatorAdmin[Task]):
 
         def act(t: Task, now: int, report: Report) -> None:
             was = viewed(t)
-            res = call("task.halt", {"id": t.promise_id}, now)
-            if not res.ok:
-                report.refusal(t, res)
-            elif was == TaskState.HALTED:
+            task_halt(id=t.promise_id, now=now)
+            if was == TaskState.HALTED:
                 report.nothing(t, "already halted")
             else:
                 report.changed(t, f"halted (was {was})")
@@ -262,11 +259,8 @@ class TaskAdmin(OperatorAdmin[Task]):
             return None
 
         def act(t: Task, now: int, report: Report) -> None:
-            res = call("task.continue", {"id": t.promise_id}, now)
-            if res.ok:
-                report.changed(t, "continued: pending, dispatched")
-            else:
-                report.refusal(t, res)
+            task_continue(id=t.promise_id, now=now)
+            report.changed(t, "continued: pending, dispatched")
 
         self.run_each(request, tasks, "Continue", act)
         return self.after(request, tasks)
@@ -296,17 +290,15 @@ class TaskAdmin(OperatorAdmin[Task]):
             )
 
         def act(t: Task, now: int, report: Report) -> None:
-            res = expire_lease(t.promise_id, now)
-            if not res.ok:
-                report.refusal(t, res)
-            elif res.data["promise"]["state"] != PENDING:
+            task, promise = expire_lease(id=t.promise_id, now=now)
+            if promise["state"] != PENDING:
                 report.changed(
                     t,
                     f"its promise was past its deadline: timed out as "
-                    f"{res.data['promise']['state']}, task fulfilled",
+                    f"{promise['state']}, task fulfilled",
                 )
             else:
-                version = res.data["task"]["version"]
+                version = task["version"]
                 report.changed(t, f"lease expired (was {t.pid}): pending at version {version}")
 
         self.run_each(request, tasks, "Expire lease", act)

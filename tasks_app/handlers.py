@@ -1,4 +1,5 @@
-"""Task handlers T-01 … T-11, one per request kind (spec §4), each ``(request, now)``.
+"""Task handlers T-01 … T-11, one per request kind (spec §4), each ``(request, now)``; a refusal
+is raised (``core.errors``) before the first write.
 
 "The fence block" is the spec's ordered refusal list shared by acquire, fence, suspend, fulfill
 and release: task absent 404, its promise absent 409, viewed state wrong 409, promise not live
@@ -7,18 +8,18 @@ and release: task absent 404, its promise absent 409, viewed state wrong 409, pr
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.db.models import Q
-
 from promises import handlers as promise_handlers
 from promises.models import Callback, Promise, PromiseState
-from resonate_project.core.conf import resonate_settings
+from resonate_project.core.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    ProtocolError,
+    Unprocessable,
+)
 from resonate_project.core.protocol import (
-    PENDING,
+    PROTOCOL_VERSION,
     Response,
-    bad_request,
-    fail,
     is_live,
     ok,
     promise_record,
@@ -43,47 +44,23 @@ from resonate_project.core.wire.tasks import (
 from resonate_project.engine import promises as services
 from resonate_project.engine import tasks as transitions
 from resonate_project.engine.locks import task_for_update, task_read, tasks_for_update
-from resonate_project.engine.search import search_page
+from resonate_project.engine.search import check_state, search
 from resonate_project.engine.uow import unit_of_work
 from tasks_app.models import Task, TaskState
+from tasks_app.selectors import TASK_STATES, preload, suspend_preload, tasks
 
-PROTOCOL_VERSION = "2026-04-01"
 TASK_NOT_FOUND = "task not found"
 
 
-def fence_refusal(
-    t: Task, p: Promise, version: int, now: int, expected: str = "acquired"
-) -> Response | None:
+def check_fence(t: Task, p: Promise, version: int, now: int, expected: str = "acquired") -> None:
     """The block after "task absent → 404". Its second entry (task present, promise absent → 409)
     cannot arise here: a task row references its promise, which is never deleted."""
     if viewed_task_state(t, p, now) != expected:
-        return fail(409, f"task is not {expected}")
+        raise Conflict(f"task is not {expected}")
     if not is_live(p, now):
-        return fail(409, "task's promise is not pending")
+        raise Conflict("task's promise is not pending")
     if t.version != version:
-        return fail(409, f"version mismatch: the task is at version {t.version}")
-    return None
-
-
-def preload(p: Promise, now: int) -> list[dict[str, Any]]:
-    """Promises of the same ``resonate:branch`` as the task's promise, itself excluded, so the SDK
-    can replay without fetching each one (as the reference server fills it)."""
-    if p.branch is None:
-        return []
-    rows = (
-        Promise.objects.filter(branch=p.branch)
-        .exclude(id=p.id)
-        .order_by("id")[: resonate_settings().PRELOAD_LIMIT]
-    )
-    return [promise_record(row, now) for row in rows]
-
-
-def suspend_preload(p: Promise, settled: list[Promise], now: int) -> list[dict[str, Any]]:
-    """The branch preload plus the settled awaited promises, which the SDK re-runs with."""
-    records = preload(p, now)
-    seen = {r["id"] for r in records}
-    records.extend(promise_record(a, now) for a in settled if a.id not in seen)
-    return records
+        raise Conflict(f"version mismatch: the task is at version {t.version}", field="version")
 
 
 def claim(t: Task, p: Promise, now: int) -> Response:
@@ -100,7 +77,7 @@ def task_get(req: TaskGetReq, now: int) -> Response:
     """T-01. The task as viewed now: fulfilled once its promise is logically settled."""
     t, p = task_read(req.id)
     if t is None or p is None:
-        return fail(404, TASK_NOT_FOUND)
+        raise NotFound(TASK_NOT_FOUND)
     return ok({"task": task_record(t, p, now)})
 
 
@@ -108,14 +85,17 @@ def task_create(req: TaskCreateReq, now: int) -> Response:
     """T-02. Create a targeted promise with its task already acquired by the caller, or re-acquire
     the existing task if it is pending; 409 if someone holds it (even the same pid)."""
     action = req.action.data
-    if refusal := check_tags("action.data.tags", action.tags):
-        return refusal
+    check_tags("action.data.tags", action.tags)
     if TARGET not in action.tags:
-        return bad_request("action.data.tags must contain resonate:target")
+        raise InvalidRequest(
+            "action.data.tags must contain resonate:target", field="action.data.tags"
+        )
     if is_timer(action.tags):
-        return bad_request("a resonate:timer promise may not carry resonate:target in task.create")
-    if refusal := promise_handlers.check_target("action.data.tags", action.tags):
-        return refusal
+        raise InvalidRequest(
+            "a resonate:timer promise may not carry resonate:target in task.create",
+            field="action.data.tags",
+        )
+    promise_handlers.check_target("action.data.tags", action.tags)
     with unit_of_work(now):
         born = services.new_promise(action, now)
         if services.insert(born):  # the common case first: one statement
@@ -132,18 +112,18 @@ def task_create(req: TaskCreateReq, now: int) -> Response:
             )
         t, p = task_for_update(action.id)
         if p is None:  # cannot happen: promises are never deleted (but debug.reset)
-            return fail(409, "promise was deleted concurrently")
+            raise Conflict("promise was deleted concurrently")
         if p.target is None:
-            return fail(422, "promise exists and has no resonate:target")
+            raise Unprocessable("promise exists and has no resonate:target")
         if t is None:
-            return fail(409, "promise has no task")
+            raise Conflict("promise has no task")
         state = viewed_task_state(t, p, now)
         if state == TaskState.FULFILLED:
             return ok(
                 {"task": task_record(t, p, now), "promise": promise_record(p, now), "preload": []}
             )
         if state != TaskState.PENDING:
-            return fail(409, f"task is {state}")
+            raise Conflict(f"task is {state}")
         transitions.acquire(t, req.pid, req.ttl, now)
         return claim(t, p, now)
 
@@ -153,9 +133,8 @@ def task_acquire(req: TaskAcquireReq, now: int) -> Response:
     with unit_of_work(now):
         t, p = task_for_update(req.id)
         if t is None or p is None:
-            return fail(404, TASK_NOT_FOUND)
-        if refusal := fence_refusal(t, p, req.version, now, expected=TaskState.PENDING):
-            return refusal
+            raise NotFound(TASK_NOT_FOUND)
+        check_fence(t, p, req.version, now, expected=TaskState.PENDING)
         transitions.acquire(t, req.pid, req.ttl, now)
         return claim(t, p, now)
 
@@ -165,35 +144,37 @@ def task_fence(req: TaskFenceReq, now: int) -> Response:
     version; guard and inner write commit together. The inner outcome (even 400/404) is wrapped
     in a 200."""
     action = req.action
-    if isinstance(action, CreateAction) and (
-        refusal := check_tags("action.data.tags", action.data.tags)
-    ):
-        return refusal
+    if isinstance(action, CreateAction):
+        check_tags("action.data.tags", action.data.tags)
     if action.data.id == req.id:
-        return bad_request(
+        raise InvalidRequest(
             "action.data.id must differ from id: a task may not fence its own promise "
-            "(use task.fulfill)"
+            "(use task.fulfill)",
+            field="action.data.id",
         )
     with unit_of_work(now) as fx:
         locked = tasks_for_update([req.id, action.data.id])
         t, p = locked.get(req.id, (None, None))
         if t is None or p is None:
-            return fail(404, TASK_NOT_FOUND)
-        if refusal := fence_refusal(t, p, req.version, now):
-            return refusal
+            raise NotFound(TASK_NOT_FOUND)
+        check_fence(t, p, req.version, now)
         target_task, target = locked.get(action.data.id, (None, None))
-        if isinstance(action, CreateAction):
-            inner = promise_handlers.create(action.data, now, fx, locked=target)
-        else:
-            inner = promise_handlers.check_settable(action.data.state) or promise_handlers.settle(
-                action.data.id,
-                action.data.state,
-                action.data.value,
-                now,
-                fx,
-                locked=target,
-                task=target_task,
-            )
+        try:  # the inner refusals come before its first write, so catching them is safe
+            if isinstance(action, CreateAction):
+                inner = promise_handlers.create(action.data, now, fx, locked=target)
+            else:
+                promise_handlers.check_settable(action.data.state)
+                inner = promise_handlers.settle(
+                    action.data.id,
+                    action.data.state,
+                    action.data.value,
+                    now,
+                    fx,
+                    locked=target,
+                    task=target_task,
+                )
+        except ProtocolError as refused:
+            inner = Response(refused.status, refused.message)
         head = {
             "corrId": str(action.head.get("corrId", "")),
             "status": inner.status,
@@ -230,25 +211,26 @@ def task_suspend(req: TaskSuspendReq, now: int) -> Response:
     (keep running; nothing is registered)."""
     awaited = [a.data.awaited for a in req.actions]
     if not awaited:
-        return bad_request("actions must not be empty")
+        raise InvalidRequest("actions must not be empty", field="actions")
     if req.id in awaited:
-        return bad_request("actions[].data.awaited must not be the task's own id")
+        raise InvalidRequest(
+            "actions[].data.awaited must not be the task's own id", field="actions"
+        )
     if len(set(awaited)) != len(awaited):
-        return bad_request("actions[].data.awaited names the same promise twice")
+        raise InvalidRequest("actions[].data.awaited names the same promise twice", field="actions")
     with unit_of_work(now):
         locked = tasks_for_update([req.id, *awaited])
         t, p = locked.get(req.id, (None, None))
         if t is None or p is None:
-            return fail(404, TASK_NOT_FOUND)
-        if refusal := fence_refusal(t, p, req.version, now):
-            return refusal
+            raise NotFound(TASK_NOT_FOUND)
+        check_fence(t, p, req.version, now)
         targets = []
         for awaited_id in awaited:
             pair = locked.get(awaited_id)
             if pair is None:
-                return fail(422, f"awaited promise {awaited_id!r} not found")
+                raise Unprocessable(f"awaited promise {awaited_id!r} not found", field="actions")
             if not pair[1].external:
-                return fail(422, f"awaited promise {awaited_id!r} is internal")
+                raise Unprocessable(f"awaited promise {awaited_id!r} is internal", field="actions")
             targets.append(pair[1])
         settled = [a for a in targets if not is_live(a, now)]
         if settled:
@@ -266,14 +248,12 @@ def task_suspend(req: TaskSuspendReq, now: int) -> Response:
 def task_fulfill(req: TaskFulfillReq, now: int) -> Response:
     """T-07. Settle the task's own promise (``action.data.id`` is not consulted) and fulfil it."""
     data = req.action.data
-    if refusal := promise_handlers.check_settable(data.state):
-        return refusal
+    promise_handlers.check_settable(data.state)
     with unit_of_work(now) as fx:
         t, p = task_for_update(req.id)
         if t is None or p is None:
-            return fail(404, TASK_NOT_FOUND)
-        if refusal := fence_refusal(t, p, req.version, now):
-            return refusal
+            raise NotFound(TASK_NOT_FOUND)
+        check_fence(t, p, req.version, now)
         services.settle(p, data.state, data.value, now, fx, task=t)
         return ok({"promise": promise_record(p, now)})
 
@@ -283,9 +263,8 @@ def task_release(req: TaskReleaseReq, now: int) -> Response:
     with unit_of_work(now) as fx:
         t, p = task_for_update(req.id)
         if t is None or p is None:
-            return fail(404, TASK_NOT_FOUND)
-        if refusal := fence_refusal(t, p, req.version, now):
-            return refusal
+            raise NotFound(TASK_NOT_FOUND)
+        check_fence(t, p, req.version, now)
         transitions.make_pending(t, p, now, fx)
         return ok({})
 
@@ -295,10 +274,10 @@ def task_halt(req: TaskHaltReq, now: int) -> Response:
     with unit_of_work(now):
         t, p = task_for_update(req.id)
         if t is None or p is None:
-            return fail(404, TASK_NOT_FOUND)
+            raise NotFound(TASK_NOT_FOUND)
         state = viewed_task_state(t, p, now)
         if state == TaskState.FULFILLED:
-            return fail(409, "task is fulfilled")
+            raise Conflict("task is fulfilled")
         if state != TaskState.HALTED:
             transitions.halt(t)
         return ok({})
@@ -309,44 +288,29 @@ def task_continue(req: TaskContinueReq, now: int) -> Response:
     with unit_of_work(now) as fx:
         t, p = task_for_update(req.id)
         if t is None:
-            return fail(404, TASK_NOT_FOUND)
+            raise NotFound(TASK_NOT_FOUND)
         if p is None:
-            return fail(404, "task's promise not found")
+            raise NotFound("task's promise not found")
         if viewed_task_state(t, p, now) != TaskState.HALTED:
-            return fail(409, "task is not halted")
+            raise Conflict("task is not halted")
         if not is_live(p, now):
-            return fail(409, "task's promise is not pending")
+            raise Conflict("task's promise is not pending")
         transitions.make_pending(t, p, now, fx)
         return ok({})
-
-
-TASK_STATES = ("pending", "acquired", "suspended", "halted", "fulfilled")
-
-
-def viewed_state_q(state: str, now: int) -> Q:
-    """Tasks whose viewed state (fact T) is ``state`` at ``now`` (C8 holds for searches too)."""
-    live = Q(promise__state=PENDING, promise__timeout_at__gt=now)
-    if state == TaskState.FULFILLED:
-        return Q(state=TaskState.FULFILLED) | ~live
-    return live & Q(state=state)
 
 
 def task_search(req: TaskSearchReq, now: int) -> Response:
     """Not in the spec (501 there); like the reference server: filter by viewed state, ordered by
     id, keyset cursor."""
-    if req.state is not None and req.state not in TASK_STATES:
-        return bad_request(f"state must be one of {', '.join(TASK_STATES)}")
-    conf = resonate_settings()
-    limit = req.limit or conf.SEARCH_LIMIT_DEFAULT
-    if limit > conf.SEARCH_LIMIT_MAX:
-        return bad_request(f"limit must be at most {conf.SEARCH_LIMIT_MAX}")
-    qs = Task.objects.select_related("promise")
-    if req.state is not None:
-        qs = qs.filter(viewed_state_q(req.state, now))
-    if req.idPrefix:
-        qs = qs.filter(promise__id__startswith=req.idPrefix)
-    records, cursor = search_page(qs, req.cursor, limit, lambda t: task_record(t, t.promise, now))
-    data: dict[str, Any] = {"tasks": records}
-    if cursor is not None:
-        data["cursor"] = cursor
-    return ok(data)
+    check_state(req.state, TASK_STATES)
+    return ok(
+        search(
+            tasks(req.state, now=now),
+            key="tasks",
+            record=lambda t: task_record(t, t.promise, now),
+            limit=req.limit,
+            cursor=req.cursor,
+            id_prefix=req.idPrefix,
+            id_field="promise__id",
+        )
+    )

@@ -23,10 +23,11 @@ from django.urls import reverse
 
 from outbox.delivery import claim
 from outbox.models import Message
-from outbox.operations import resend
+from outbox.services import resend
 from promises.admin import ms_datetime
 from promises.models import Promise
 from resonate_project.core.clock import now_ms
+from resonate_project.core.errors import NotFound
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR, Api
@@ -582,7 +583,8 @@ def test_resending_a_message_already_delivered_is_reported(api: Api, op: Client,
     assert "Re-send: the selected messages no longer exist (delivered, or deleted meanwhile)" in (
         texts(page)
     )
-    assert resend("job", now_ms()).status == 404
+    with pytest.raises(NotFound):
+        resend(key="job", now=now_ms())
 
 
 def test_outbox_list_shows_age_and_due(api: Api, ro: Client, T: int) -> None:

@@ -5,12 +5,13 @@ prefix tokens; narrowing is more useful and reveals nothing outside the prefix).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
 
 from resonate_project.access.principal import Principal
+from resonate_project.core.errors import Forbidden
 from resonate_project.core.protocol import Response
 
 ID_FIELDS = frozenset({"id", "awaited", "awaiter", "promiseId"})
@@ -60,3 +61,13 @@ def narrow(req: Any, principal: Principal) -> tuple[Any, Response | None]:
     if asked.startswith(prefix):
         return req, None
     return req, forbidden(f"idPrefix {asked!r} is outside this credential's prefix")
+
+
+def check_names(principal: Principal | None, ids: Iterable[str]) -> None:
+    """For callers of the typed services on a principal's behalf (the resource API): every id
+    must lie under its prefix, else ``Forbidden``."""
+    if principal is None or principal.admin:
+        return
+    for id in ids:
+        if not principal.may_name(id):
+            raise Forbidden(f"{id!r} is outside this credential's prefix", field="id")

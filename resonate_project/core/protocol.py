@@ -7,12 +7,15 @@ task reads as ``fulfilled``, whether or not the timeout step has written that ye
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     from promises.models import Promise
     from tasks_app.models import Task
+
+# The protocol version this server speaks (the envelope's ``head.version``).
+PROTOCOL_VERSION = "2026-04-01"
 
 PENDING = "pending"
 RESOLVED = "resolved"
@@ -42,6 +45,62 @@ def fail(status: int, message: str) -> Response:
 
 def bad_request(message: str) -> Response:
     return Response(400, message)
+
+
+# --- typed records (what the services return; the wire's shapes) -------------------------------
+
+
+class ValueRecord(TypedDict, total=False):
+    headers: dict[str, str]
+    data: str  # base64, as the SDKs send it
+
+
+class PromiseRecord(TypedDict):
+    id: str
+    state: str  # projected: a pending promise past its deadline reads as settled
+    param: ValueRecord
+    value: ValueRecord
+    tags: dict[str, str]
+    timeoutAt: int
+    createdAt: int
+    settledAt: NotRequired[int]
+
+
+class TaskRecord(TypedDict):
+    id: str
+    state: str  # viewed: fulfilled once its promise is no longer pending
+    version: int
+    resumes: int
+    ttl: NotRequired[int]
+    pid: NotRequired[str]
+
+
+class ScheduleRecord(TypedDict):
+    id: str
+    cron: str
+    promiseId: str
+    promiseTimeout: int
+    promiseParam: ValueRecord
+    promiseTags: dict[str, str]
+    createdAt: int
+    nextRunAt: int
+    lastRunAt: NotRequired[int]
+
+
+class Claim(TypedDict):
+    """What acquiring a task answers: the task, its promise, and the branch preload."""
+
+    task: TaskRecord
+    promise: PromiseRecord
+    preload: list[PromiseRecord]
+
+
+@dataclass(slots=True)
+class Page[R]:
+    """One search page: the records in id order and the cursor of the next page, if any."""
+
+    items: list[R] = field(default_factory=list)
+    cursor: str | None = None
 
 
 # --- projection -------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ DELAY = "resonate:delay"
 BRANCH = "resonate:branch"  # no protocol meaning; indexed because preload groups by it
 SCHEDULE = "resonate:schedule"
 SCOPE = "resonate:scope"
+PARENT = "resonate:parent"  # the call tree (admin, CLI); no protocol meaning
+ORIGIN = "resonate:origin"
 
 _NON_DIGITS = re.compile(r"[^0-9]")
 DELAY_DIGITS_MAX = 19  # 10**19 > 2**63 - 1, the largest storable instant

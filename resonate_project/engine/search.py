@@ -16,6 +16,7 @@ import msgspec
 from django.db.models import QuerySet
 
 from resonate_project.core.conf import resonate_settings
+from resonate_project.core.errors import InvalidRequest
 
 # Bytes of a response that are not records: kind, head and a cursor of up to 1024 characters
 # (6 bytes each when JSON escapes them). corrId is the client's own and is not counted.
@@ -58,3 +59,34 @@ def search_page(
     kept, records, cut = fit(islice(rows, limit), record, search_budget())
     more = cut or next(rows, None) is not None
     return records, (str(kept[-1].pk) if more else None)
+
+
+def search(
+    qs: QuerySet[Any],
+    *,
+    key: str,
+    record: Callable[[Any], Record],
+    limit: int | None,
+    cursor: str | None,
+    id_prefix: str | None,
+    id_field: str = "pk",
+) -> dict[str, Any]:
+    """The shared body of the three searches: ``limit`` defaulted and capped, narrowed to ids
+    under ``id_prefix``, one keyset page of records under ``key`` and a ``cursor`` when another
+    page may follow."""
+    conf = resonate_settings()
+    limit = limit or conf.SEARCH_LIMIT_DEFAULT
+    if limit > conf.SEARCH_LIMIT_MAX:
+        raise InvalidRequest(f"limit must be at most {conf.SEARCH_LIMIT_MAX}", field="limit")
+    if id_prefix:
+        qs = qs.filter(**{f"{id_field}__startswith": id_prefix})
+    records, next_cursor = search_page(qs, cursor, limit, record)
+    data: dict[str, Any] = {key: records}
+    if next_cursor is not None:
+        data["cursor"] = next_cursor
+    return data
+
+
+def check_state(state: str | None, states: tuple[str, ...]) -> None:
+    if state is not None and state not in states:
+        raise InvalidRequest(f"state must be one of {', '.join(states)}", field="state")

@@ -9,8 +9,6 @@ protocol refusals keep the handler's status and message.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied, TooManyFieldsSent
@@ -21,36 +19,13 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import set_rollback
 
+from resonate_project.core.errors import ProtocolError
+
 API_PREFIX = "/api/"
 
 
 def error_body(status: int, message: str, field: str | None = None) -> dict[str, Any]:
     return {"error": {"status": status, "message": message, "field": field}}
-
-
-class ProtocolError(exceptions.APIException):
-    """A handler's refusal (400, 403, 404, 409, 422), passed through with its status."""
-
-    def __init__(self, status: int, message: str, field: str | None = None) -> None:
-        super().__init__(detail=message)
-        self.status_code = status
-        self.field = field
-
-
-# msgspec reports the path (`$.data.param.headers[...]`); the request types' own checks start
-# with the field in backticks; handler refusals start with the field's name.
-_PATH = re.compile(r"`\$\.data\.([^`]+)`")
-_LEADING = re.compile(r"^(?:invalid data: )?`([^`]+)`")
-
-
-def field_of(message: str, fields: Iterable[str]) -> str | None:
-    """The request field a protocol message is about, if it names one."""
-    if m := _PATH.search(message):
-        return m.group(1).replace("[...]", "")
-    if m := _LEADING.match(message):
-        return m.group(1)
-    first = message.split(" ", 1)[0]
-    return first if first in set(fields) else None
 
 
 def first_error(detail: Any, path: tuple[str, ...] = ()) -> tuple[str | None, str]:
@@ -67,6 +42,9 @@ def first_error(detail: Any, path: tuple[str, ...] = ()) -> tuple[str | None, st
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """DRF's ``EXCEPTION_HANDLER``: every API exception in the one shape (others propagate)."""
+    if isinstance(exc, ProtocolError):  # a service's refusal: its status, message and field
+        set_rollback()
+        return Response(error_body(exc.status, exc.message, exc.field), exc.status)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -80,9 +58,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         headers["WWW-Authenticate"] = auth_header
     if wait := getattr(exc, "wait", None):
         headers["Retry-After"] = str(int(wait))
-    if isinstance(exc, ProtocolError):
-        field, message = exc.field, str(exc.detail)
-    elif isinstance(exc, exceptions.ValidationError):
+    if isinstance(exc, exceptions.ValidationError):
         field, message = first_error(exc.detail)
     else:
         field, message = None, str(exc.detail)

@@ -19,13 +19,13 @@ from django.db.models import Q, QuerySet
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema_field
 
-from promises.handlers import PROMISE_STATES, filter_tags, projected_state_q
 from promises.models import ID_MAX_LENGTH, Promise
+from promises.selectors import PROMISE_STATES, filter_tags, projected_state_q
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import PENDING
 from schedules.models import Schedule
-from tasks_app.handlers import TASK_STATES, viewed_state_q
 from tasks_app.models import Task
+from tasks_app.selectors import TASK_STATES, viewed_state_q
 
 
 class TagsField(forms.Field):

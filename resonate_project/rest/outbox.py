@@ -16,9 +16,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from outbox.models import PUSH_Q, Message, MessageKind
-from outbox.operations import MESSAGE_NOT_FOUND, message_record, resend
+from outbox.selectors import message_record
+from outbox.services import MESSAGE_NOT_FOUND, resend
 from promises.models import ID_MAX_LENGTH
-from resonate_project.rest.errors import ProtocolError
+from resonate_project.core.errors import NotFound
 from resonate_project.rest.filters import AtNow
 from resonate_project.rest.views import ResourceView, errors
 
@@ -64,7 +65,7 @@ class PromiseRefSerializer(serializers.Serializer):
 
 
 class MessageRecordSerializer(serializers.Serializer):
-    """Documents ``outbox.operations.message_record``."""
+    """Documents ``outbox.selectors.message_record``."""
 
     key = serializers.CharField()
     kind = serializers.ChoiceField(choices=MessageKind.choices)
@@ -103,11 +104,9 @@ class OutboxResend(ResourceView):
     )
     def post(self, request: Request, key: str) -> Response:
         if not self.get_queryset().filter(pk=key).exists():
-            raise ProtocolError(404, MESSAGE_NOT_FOUND, "key")
-        res = resend(key, self.now)
-        if not res.ok:
-            raise ProtocolError(res.status, str(res.data), "key")
+            raise NotFound(MESSAGE_NOT_FOUND, field="key")
+        resend(key=key, now=self.now)
         message = Message.objects.filter(pk=key).first()
         if message is None:  # delivered the moment it was re-sent
-            raise ProtocolError(404, MESSAGE_NOT_FOUND, "key")
+            raise NotFound(MESSAGE_NOT_FOUND, field="key")
         return Response(message_record(message))

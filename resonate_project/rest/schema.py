@@ -7,8 +7,8 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
+from resonate_project.core.protocol import PROTOCOL_VERSION
 from resonate_project.dispatch import DEBUG_KINDS, KINDS
-from resonate_project.envelope import PROTOCOL_VERSION
 
 DESCRIPTION = """\
 A Resonate durable-execution server.

@@ -10,11 +10,11 @@ from typing import Any
 
 from rest_framework import serializers
 
-from promises.handlers import PROMISE_STATES
 from promises.models import ID_MAX_LENGTH
+from promises.selectors import PROMISE_STATES
 from resonate_project.core.protocol import SETTABLE
 from schedules.models import CRON_MAX_LENGTH
-from tasks_app.handlers import TASK_STATES
+from tasks_app.selectors import TASK_STATES
 
 MS_MAX = 2**63 - 1
 

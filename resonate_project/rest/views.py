@@ -1,10 +1,11 @@
-"""Resource views: they parse, call, and render. Reads are queries over the stored rows served as
-the protocol's projected records; writes call the protocol handlers through
-``resonate_project.envelope.call``. The clock is read once per request, in ``initial``."""
+"""Resource views: they parse, call, and render. Lists are queries over the stored rows served as
+the protocol's projected records; everything else calls the typed services (a refusal raises
+``core.errors.ProtocolError``, which ``rest.errors`` renders with its field). The clock is read
+once per request, in ``initial``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
@@ -16,13 +17,13 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from promises import services as promises
 from promises.models import Promise
-from resonate_project import envelope
+from resonate_project.access.rules import check_names
 from resonate_project.core.clock import now_ms
 from resonate_project.core.protocol import promise_record, task_record
 from resonate_project.core.schedules import schedule_record
 from resonate_project.rest.auth import ApiAccess, BearerTokenAuthentication, principal_of
-from resonate_project.rest.errors import ProtocolError, field_of
 from resonate_project.rest.filters import FilterBackend, PromiseFilter, ScheduleFilter, TaskFilter
 from resonate_project.rest.pagination import IdCursorPagination
 from resonate_project.rest.parsers import DepthLimitedJSONParser
@@ -35,7 +36,9 @@ from resonate_project.rest.serializers import (
     ScheduleRecordSerializer,
     TaskRecordSerializer,
 )
+from schedules import services as schedules
 from schedules.models import Schedule
+from tasks_app import services as tasks
 from tasks_app.models import Task
 
 
@@ -64,13 +67,10 @@ class ResourceView(GenericAPIView):
         self.now = now_ms()  # the one clock read of this request
         super().initial(request, *args, **kwargs)
 
-    def call(self, kind: str, data: dict[str, Any], fields: Iterable[str] = ()) -> Any:
-        """Run one request kind exactly as ``POST /`` does; a refusal becomes the error reply."""
-        res = envelope.call(kind, data, self.now, principal_of(self.request))
-        if not res.ok:
-            message = str(res.data)
-            raise ProtocolError(res.status, message, field_of(message, fields))
-        return res.data
+    def allow(self, *ids: str) -> None:
+        """The ids a request names must lie under a prefix-limited credential's prefix (as
+        through ``POST /``)."""
+        check_names(principal_of(self.request), ids)
 
     def get_queryset(self) -> QuerySet[Any]:
         """Only ids under a prefix-limited credential's prefix (as a search through POST /)."""
@@ -117,7 +117,16 @@ class PromiseList(ResourceView):
     )
     def post(self, request: Request) -> Response:
         data = valid(PromiseCreateSerializer, request)
-        return Response(self.call("promise.create", data, data)["promise"])
+        self.allow(data["id"])
+        return Response(
+            promises.promise_create(
+                id=data["id"],
+                timeout_at=data["timeoutAt"],
+                param=data.get("param"),
+                tags=data.get("tags"),
+                now=self.now,
+            )
+        )
 
 
 class PromiseDetail(ResourceView):
@@ -126,7 +135,8 @@ class PromiseDetail(ResourceView):
         responses={200: PromiseRecordSerializer, **errors(400, 401, 403, 404)},
     )
     def get(self, request: Request, id: str) -> Response:
-        return Response(self.call("promise.get", {"id": id}, ["id"])["promise"])
+        self.allow(id)
+        return Response(promises.promise_get(id=id, now=self.now))
 
 
 class PromiseSettle(ResourceView):
@@ -138,8 +148,13 @@ class PromiseSettle(ResourceView):
         "deadline, answers 200 with the record as it stands.",
     )
     def post(self, request: Request, id: str) -> Response:
-        data = {"id": id, **valid(PromiseSettleSerializer, request)}
-        return Response(self.call("promise.settle", data, data)["promise"])
+        data = valid(PromiseSettleSerializer, request)
+        self.allow(id)
+        return Response(
+            promises.promise_settle(
+                id=id, state=data["state"], value=data.get("value"), now=self.now
+            )
+        )
 
 
 # --- tasks ------------------------------------------------------------------------------------
@@ -164,24 +179,26 @@ class TaskDetail(ResourceView):
         responses={200: TaskRecordSerializer, **errors(400, 401, 403, 404)},
     )
     def get(self, request: Request, id: str) -> Response:
-        return Response(self.call("task.get", {"id": id}, ["id"])["task"])
+        self.allow(id)
+        return Response(tasks.task_get(id=id, now=self.now))
 
 
 class TaskAction(ResourceView):
     """``task.halt`` / ``task.continue``; answers with the task as read right after."""
 
-    kind = ""
+    action: Callable[..., None] = staticmethod(tasks.task_halt)
 
     def post(self, request: Request, id: str) -> Response:
-        self.call(self.kind, {"id": id}, ["id"])
-        return Response(self.call("task.get", {"id": id}, ["id"])["task"])
+        self.allow(id)
+        type(self).action(id=id, now=self.now)
+        return Response(tasks.task_get(id=id, now=self.now))
 
 
 ACTION_RESPONSES = {200: TaskRecordSerializer, **errors(400, 401, 403, 404, 409)}
 
 
 class TaskHalt(TaskAction):
-    kind = "task.halt"
+    action = staticmethod(tasks.task_halt)
 
     @extend_schema(
         operation_id="tasks_halt",
@@ -194,7 +211,7 @@ class TaskHalt(TaskAction):
 
 
 class TaskContinue(TaskAction):
-    kind = "task.continue"
+    action = staticmethod(tasks.task_continue)
 
     @extend_schema(
         operation_id="tasks_continue",
@@ -229,7 +246,18 @@ class ScheduleList(ResourceView):
     )
     def post(self, request: Request) -> Response:
         data = valid(ScheduleCreateSerializer, request)
-        return Response(self.call("schedule.create", data, data)["schedule"])
+        self.allow(data["id"], data["promiseId"])
+        return Response(
+            schedules.schedule_create(
+                id=data["id"],
+                cron=data["cron"],
+                promise_id=data["promiseId"],
+                promise_timeout=data["promiseTimeout"],
+                promise_param=data.get("promiseParam"),
+                promise_tags=data.get("promiseTags"),
+                now=self.now,
+            )
+        )
 
 
 class ScheduleDetail(ResourceView):
@@ -238,7 +266,8 @@ class ScheduleDetail(ResourceView):
         responses={200: ScheduleRecordSerializer, **errors(400, 401, 403, 404)},
     )
     def get(self, request: Request, id: str) -> Response:
-        return Response(self.call("schedule.get", {"id": id}, ["id"])["schedule"])
+        self.allow(id)
+        return Response(schedules.schedule_get(id=id, now=self.now))
 
     @extend_schema(
         operation_id="schedules_delete",
@@ -246,5 +275,6 @@ class ScheduleDetail(ResourceView):
         description="schedule.delete: occurrences already created are left alone.",
     )
     def delete(self, request: Request, id: str) -> Response:
-        self.call("schedule.delete", {"id": id}, ["id"])
+        self.allow(id)
+        schedules.schedule_delete(id=id, now=self.now)
         return Response(status=status.HTTP_204_NO_CONTENT)

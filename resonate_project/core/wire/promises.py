@@ -14,8 +14,8 @@ from typing import Annotated, Any
 from msgspec import Meta, Struct, field
 
 from resonate_project.core.conf import resonate_settings
+from resonate_project.core.errors import InvalidRequest
 from resonate_project.core.limits import ID_MAX_BYTES, ID_MAX_LENGTH
-from resonate_project.core.protocol import Response, bad_request
 from resonate_project.core.tags import BRANCH, DELAY, TARGET
 
 Id = Annotated[str, Meta(min_length=1, max_length=ID_MAX_LENGTH)]
@@ -37,7 +37,7 @@ def utf8_len(value: str) -> int:
     return len(value) if value.isascii() else len(value.encode("utf-8", "surrogatepass"))
 
 
-def check_tags(field: str, tags: Tags) -> Response | None:
+def check_tags(field: str, tags: Tags) -> None:
     """The hard limits on a promise's tags, checked first thing by every handler that creates
     promises (``promise.create``, ``task.create``, ``task.fence``, ``schedule.create``): at most
     ``MAX_TAGS`` tags of at most ``MAX_TAG_BYTES`` of UTF-8 (keys and values together), a
@@ -47,36 +47,41 @@ def check_tags(field: str, tags: Tags) -> Response | None:
     an occurrence: that must never fail."""
     conf = resonate_settings()
     if len(tags) > conf.MAX_TAGS:
-        return bad_request(
-            f"`{field}` has {len(tags)} tags; at most {conf.MAX_TAGS} are allowed (MAX_TAGS)"
+        raise InvalidRequest(
+            f"`{field}` has {len(tags)} tags; at most {conf.MAX_TAGS} are allowed (MAX_TAGS)",
+            field=field,
         )
     delay = tags.get(DELAY)
     if delay is not None and len(delay) > conf.MAX_DELAY_CHARS:
-        return bad_request(
+        raise InvalidRequest(
             f"`{field}.{DELAY}` has {len(delay)} characters; at most {conf.MAX_DELAY_CHARS} are "
-            "allowed (MAX_DELAY_CHARS)"
+            "allowed (MAX_DELAY_CHARS)",
+            field=f"{field}.{DELAY}",
         )
     target = tags.get(TARGET)
     if target is not None and utf8_len(target) > ID_MAX_BYTES:
-        return bad_request(f"`{field}.{TARGET}` must be at most {ID_MAX_BYTES} bytes of UTF-8")
+        raise InvalidRequest(
+            f"`{field}.{TARGET}` must be at most {ID_MAX_BYTES} bytes of UTF-8",
+            field=f"{field}.{TARGET}",
+        )
     size = sum(utf8_len(key) + utf8_len(value) for key, value in tags.items())
     if size > conf.MAX_TAG_BYTES:
-        return bad_request(
+        raise InvalidRequest(
             f"`{field}` holds {size} bytes of UTF-8 (keys and values); at most "
-            f"{conf.MAX_TAG_BYTES} are allowed (MAX_TAG_BYTES)"
+            f"{conf.MAX_TAG_BYTES} are allowed (MAX_TAG_BYTES)",
+            field=field,
         )
-    return None
 
 
-def check_search_tags(field: str, tags: Tags | None) -> Response | None:
+def check_search_tags(field: str, tags: Tags | None) -> None:
     """A search filters by at most ``MAX_SEARCH_TAGS`` tags (each one is a condition in the
     query; SQLite refuses a thousand)."""
     limit = resonate_settings().MAX_SEARCH_TAGS
     if tags is not None and len(tags) > limit:
-        return bad_request(
-            f"`{field}` has {len(tags)} tags; a search takes at most {limit} (MAX_SEARCH_TAGS)"
+        raise InvalidRequest(
+            f"`{field}` has {len(tags)} tags; a search takes at most {limit} (MAX_SEARCH_TAGS)",
+            field=field,
         )
-    return None
 
 
 def later(now: int, ms: int) -> int:

@@ -1,0 +1,28 @@
+"""Read queries over the outbox, and the record the admin and the resource API show of a
+message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from outbox.models import Message
+
+
+def message_record(m: Message) -> dict[str, Any]:
+    """A message as the resource API shows it; ``deadAt`` only on a dead letter."""
+    record: dict[str, Any] = {
+        "key": m.key,
+        "kind": m.kind,
+        "address": m.address,
+        "createdAt": m.created_at,
+        "attempts": m.attempts,
+        "nextAttemptAt": m.next_attempt_at,
+        "lastError": m.last_error,
+    }
+    if m.kind == "execute":
+        record["task"] = {"id": m.task_id, "version": m.version}
+    elif m.promise:
+        record["promise"] = {"id": m.promise.get("id"), "state": m.promise.get("state")}
+    if m.dead_at is not None:
+        record["deadAt"] = m.dead_at
+    return record

@@ -1,0 +1,52 @@
+"""Read queries over tasks: the viewed-state filter (fact T) and the preload a claim carries.
+Each takes ``now`` when the projection needs it, locks nothing and writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from promises.models import Promise
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import PENDING, promise_record
+from tasks_app.models import Task, TaskState
+
+TASK_STATES = ("pending", "acquired", "suspended", "halted", "fulfilled")
+
+
+def viewed_state_q(state: str, now: int) -> Q:
+    """Tasks whose viewed state (fact T) is ``state`` at ``now`` (C8 holds for searches too)."""
+    live = Q(promise__state=PENDING, promise__timeout_at__gt=now)
+    if state == TaskState.FULFILLED:
+        return Q(state=TaskState.FULFILLED) | ~live
+    return live & Q(state=state)
+
+
+def tasks(state: str | None = None, *, now: int) -> QuerySet[Task]:
+    """Tasks (with their promise) by viewed state, unordered."""
+    qs = Task.objects.select_related("promise")
+    if state is not None:
+        qs = qs.filter(viewed_state_q(state, now))
+    return qs
+
+
+def preload(p: Promise, now: int) -> list[dict[str, Any]]:
+    """Promises of the same ``resonate:branch`` as the task's promise, itself excluded, so the SDK
+    can replay without fetching each one (as the reference server fills it)."""
+    if p.branch is None:
+        return []
+    rows = (
+        Promise.objects.filter(branch=p.branch)
+        .exclude(id=p.id)
+        .order_by("id")[: resonate_settings().PRELOAD_LIMIT]
+    )
+    return [promise_record(row, now) for row in rows]
+
+
+def suspend_preload(p: Promise, settled: list[Promise], now: int) -> list[dict[str, Any]]:
+    """The branch preload plus the settled awaited promises, which the SDK re-runs with."""
+    records = preload(p, now)
+    seen = {r["id"] for r in records}
+    records.extend(promise_record(a, now) for a in settled if a.id not in seen)
+    return records
