@@ -1,6 +1,6 @@
 """The operator console for the outbox: what is still to be delivered, to where, how old, how
 often tried and why it failed, which push messages were dead-lettered; and re-send (which revives
-a dead letter). See ``promises/admin.py`` for the rules every console page follows."""
+a dead letter). See ``resonate_project/adminkit.py`` for the rules every console page follows."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django.utils.safestring import SafeString
 from outbox.delivery import wire
 from outbox.models import PUSH_Q, Message
 from outbox.services import resend
-from promises.admin import (
+from resonate_project.adminkit import (
     EMPTY,
     OperatorAdmin,
     Report,

@@ -23,9 +23,9 @@ from django.utils.safestring import SafeString
 
 from outbox.models import PUSH_Q, Message, RequestMinute
 from outbox.traffic import MINUTE_MS
-from promises.admin import changelist_url, duration, request_now, state_badge
 from promises.models import Promise
 from promises.selectors import PROMISE_STATES, projected_state_q
+from resonate_project.adminkit import changelist_url, duration, request_now, state_badge
 from schedules.models import Schedule
 from tasks_app.models import Task, TaskState
 from tasks_app.selectors import TASK_STATES, viewed_state_q

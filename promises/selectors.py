@@ -3,6 +3,7 @@ takes ``now`` when the projection needs it, locks nothing and writes nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db import connection
@@ -12,7 +13,7 @@ from django.db.models.functions import Cast
 
 from promises.models import Promise
 from resonate_project.core.protocol import PENDING
-from resonate_project.core.tags import PARENT
+from resonate_project.core.tags import PARENT, SCHEDULE
 
 PROMISE_STATES = ("pending", "resolved", "rejected", "rejected_canceled", "rejected_timedout")
 
@@ -50,8 +51,19 @@ def promises(state: str | None = None, tags: dict[str, str] | None = None, *, no
     return qs
 
 
-def children(parent_id: str) -> QuerySet[Promise]:
-    """The promises whose ``resonate:parent`` is ``parent_id`` (a call tree's next level), by id."""
-    return filter_tags(Promise.objects.exclude(id=parent_id), "tags", {PARENT: parent_id}).order_by(
-        "id"
+def children_of(parent_ids: Sequence[str], limit: int) -> list[Promise]:
+    """The next level of call trees: promises whose ``resonate:parent`` is one of ``parent_ids``
+    (with their tasks), oldest first."""
+    text = Cast(KeyTextTransform(PARENT, "tags"), output_field=TextField())
+    return list(
+        Promise.objects.alias(_parent=text)
+        .filter(_parent__in=list(parent_ids))
+        .select_related("task")
+        .order_by("created_at", "id")[:limit]
     )
+
+
+def schedule_promises(schedule_id: str, limit: int) -> list[Promise]:
+    """The occurrences of a schedule (tag ``resonate:schedule``), newest first, with tasks."""
+    qs = filter_tags(Promise.objects.select_related("task"), "tags", {SCHEDULE: schedule_id})
+    return list(qs.order_by("-created_at", "-id")[:limit])

@@ -2,8 +2,8 @@
 reference server's CLI.
 
 Every subcommand sends protocol requests (the kinds of ``POST /``): by default to the local
-database through the handlers (``resonate_project.envelope.call``), or with ``--server URL`` to a
-running server as envelopes over HTTP (``--token`` adds ``Authorization: Bearer``). Output is
+database through the typed services (``LOCAL`` below), or with ``--server URL`` to a running
+server as envelopes over HTTP (``--token`` adds ``Authorization: Bearer``). Output is
 human-readable (aligned columns, UTC datetimes, values decoded from base64 when they are text);
 ``--json`` prints the protocol's data as JSON instead. The clock is read once per command.
 
@@ -20,26 +20,33 @@ from __future__ import annotations
 
 import argparse
 import base64
-import binascii
 import json
 import logging
 import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
+from promises import services as promises
 from promises.selectors import PROMISE_STATES
+from resonate_project.access.credentials import (
+    CredentialError,
+    credential_create,
+    credential_revoke,
+)
+from resonate_project.access.models import ServiceCredential
 from resonate_project.core import clock
-from resonate_project.core.protocol import Response
-from resonate_project.core.tags import BRANCH, DELAY, SCOPE, TARGET, TIMER
+from resonate_project.core.errors import ProtocolError
+from resonate_project.core.present import decoded_text, iso, relative, span
+from resonate_project.core.protocol import Page, Response
+from resonate_project.core.tags import BRANCH, DELAY, ORIGIN, PARENT, SCOPE, TARGET, TIMER
+from schedules import services as schedules
+from tasks_app import services as tasks
 from tasks_app.selectors import TASK_STATES
 
-PARENT = "resonate:parent"
-ORIGIN = "resonate:origin"
 DEFAULT_TARGET = "poll://any@default"
 PAGE = 1000  # promises per search while walking a call tree (the protocol's maximum)
 HTTP_TIMEOUT_S = 30.0
@@ -183,10 +190,76 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # --- transport ----------------------------------------------------------------------------------
 
 
-def local(now: int) -> Send:
-    from resonate_project.envelope import call
+def page(key: str, found: Page[Any]) -> dict[str, Any]:
+    data: dict[str, Any] = {key: found.items}
+    if found.cursor is not None:
+        data["cursor"] = found.cursor
+    return data
 
-    return lambda kind, data: call(kind, data, now)
+
+def done(service: Callable[..., None], **kwargs: Any) -> dict[str, Any]:
+    """A service that answers nothing on success: the wire's empty data."""
+    service(**kwargs)
+    return {}
+
+
+def search_args(d: dict[str, Any]) -> dict[str, Any]:
+    return {"limit": d.get("limit"), "cursor": d.get("cursor"), "id_prefix": d.get("idPrefix")}
+
+
+# The request kinds the commands send, run locally through the typed services (no wire round
+# trip); with --server the same kinds go to POST / instead, so both answer alike.
+LOCAL: dict[str, Callable[[dict[str, Any], int], Any]] = {
+    "promise.get": lambda d, now: {"promise": promises.promise_get(id=d["id"], now=now)},
+    "promise.create": lambda d, now: {
+        "promise": promises.promise_create(
+            id=d["id"], timeout_at=d["timeoutAt"], param=d.get("param"), tags=d.get("tags"), now=now
+        )
+    },
+    "promise.settle": lambda d, now: {
+        "promise": promises.promise_settle(
+            id=d["id"], state=d["state"], value=d.get("value"), now=now
+        )
+    },
+    "promise.search": lambda d, now: page(
+        "promises",
+        promises.promise_search(
+            state=d.get("state"), tags=d.get("tags"), now=now, **search_args(d)
+        ),
+    ),
+    "task.get": lambda d, now: {"task": tasks.task_get(id=d["id"], now=now)},
+    "task.halt": lambda d, now: done(tasks.task_halt, id=d["id"], now=now),
+    "task.continue": lambda d, now: done(tasks.task_continue, id=d["id"], now=now),
+    "task.search": lambda d, now: page(
+        "tasks", tasks.task_search(state=d.get("state"), now=now, **search_args(d))
+    ),
+    "schedule.get": lambda d, now: {"schedule": schedules.schedule_get(id=d["id"], now=now)},
+    "schedule.create": lambda d, now: {
+        "schedule": schedules.schedule_create(
+            id=d["id"],
+            cron=d["cron"],
+            promise_id=d["promiseId"],
+            promise_timeout=d["promiseTimeout"],
+            promise_param=d.get("promiseParam"),
+            promise_tags=d.get("promiseTags"),
+            now=now,
+        )
+    },
+    "schedule.delete": lambda d, now: done(schedules.schedule_delete, id=d["id"], now=now),
+    "schedule.search": lambda d, now: page(
+        "schedules", schedules.schedule_search(tags=d.get("tags"), now=now, **search_args(d))
+    ),
+}
+
+
+def local(now: int) -> Send:
+    def send(kind: str, data: dict[str, Any]) -> Response:
+        try:
+            return Response(200, LOCAL[kind](data, now))
+        except ProtocolError as refused:
+            return Response(refused.status, refused.message)
+
+    return send
 
 
 def remote(url: str, token: str | None) -> Send:
@@ -240,8 +313,6 @@ def run(options: dict[str, Any], out: Out) -> None:
 
 
 def credentials_create(ctx: Ctx, args: argparse.Namespace) -> None:
-    from resonate_project.access.credentials import CredentialError, credential_create
-
     try:
         credential, token = credential_create(
             name=args.name, now=ctx.now, prefix=args.prefix, groups=args.group, admin=args.admin
@@ -255,8 +326,6 @@ def credentials_create(ctx: Ctx, args: argparse.Namespace) -> None:
 
 
 def credentials_revoke(ctx: Ctx, args: argparse.Namespace) -> None:
-    from resonate_project.access.credentials import CredentialError, credential_revoke
-
     try:
         credential = credential_revoke(name=args.name, now=ctx.now)
     except CredentialError as exc:
@@ -265,8 +334,6 @@ def credentials_revoke(ctx: Ctx, args: argparse.Namespace) -> None:
 
 
 def credentials_list(ctx: Ctx, args: argparse.Namespace) -> None:
-    from resonate_project.access.models import ServiceCredential
-
     rows = [
         [
             c.name,
@@ -287,43 +354,11 @@ def credentials_list(ctx: Ctx, args: argparse.Namespace) -> None:
 
 
 def when(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    try:
-        moment = datetime.fromtimestamp(ms / 1000, UTC)
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC"
-
-
-def span(ms: int) -> str:
-    """A duration for people: ``1h 30m``, ``10s``, ``500ms``."""
-    if ms < 1000:
-        return f"{ms}ms"
-    parts, rest = [], ms // 1000
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
-        if rest >= size:
-            parts.append(f"{rest // size}{unit}")
-            rest %= size
-    return " ".join(parts[:2])
-
-
-def relative(ms: int, now: int) -> str:
-    return f"in {span(ms - now)}" if ms > now else f"{span(now - ms)} ago"
-
-
-def text_of(data: str | None) -> str | None:
-    """Values are base64 by convention (the SDKs'); show the text when they decode to it."""
-    if data is None:
-        return None
-    try:
-        return base64.b64decode(data, validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return data
+    return "-" if ms is None else iso(ms)
 
 
 def value_line(value: dict[str, Any]) -> str:
-    text = text_of(value.get("data"))
+    text = decoded_text(value.get("data"))
     headers = value.get("headers") or {}
     if headers:
         shown = ", ".join(f"{k}={v}" for k, v in sorted(headers.items()))
@@ -593,7 +628,7 @@ def label(p: dict[str, Any]) -> str:
     tags = p["tags"]
     func = ""
     try:
-        call = json.loads(text_of(p["param"].get("data")) or "")
+        call = json.loads(decoded_text(p["param"].get("data")) or "")
         func = call.get("func", "") if isinstance(call, dict) else ""
     except ValueError:
         pass

@@ -1,5 +1,5 @@
 """The operator console for schedules: cron in words, the next fire times, the occurrences, and
-fire now / delete. See ``promises/admin.py`` for the rules every console page follows."""
+fire now / delete. See ``resonate_project/adminkit.py`` for the rules every console page follows."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from promises.admin import (
+from promises.models import Promise
+from promises.selectors import schedule_promises
+from resonate_project.adminkit import (
     EMPTY,
     OperatorAdmin,
     Report,
@@ -26,11 +28,9 @@ from promises.admin import (
     pretty_json,
     promise_state_html,
     request_now,
-    schedule_promises,
     seen_at,
     when,
 )
-from promises.models import Promise
 from resonate_project.core import cron
 from resonate_project.core.tags import SCHEDULE
 from schedules.models import Schedule

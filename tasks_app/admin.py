@@ -1,5 +1,6 @@
 """The operator console for tasks: viewed states, leases and retries, halt / continue, and
-expiring a stuck lease. See ``promises/admin.py`` for the rules every console page follows."""
+expiring a stuck lease. See ``resonate_project/adminkit.py`` for the rules
+every console page follows."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from outbox.models import Message
-from promises.admin import (
+from promises.models import Callback, Promise
+from resonate_project.adminkit import (
     EMPTY,
     OperatorAdmin,
     Report,
@@ -26,7 +28,6 @@ from promises.admin import (
     state_badge,
     when,
 )
-from promises.models import Callback, Promise
 from resonate_project.core.protocol import PENDING, viewed_task_state
 from tasks_app.models import Task, TaskState
 from tasks_app.selectors import TASK_STATES, viewed_state_q

@@ -24,8 +24,8 @@ from django.urls import reverse
 from outbox.delivery import claim
 from outbox.models import Message
 from outbox.services import resend
-from promises.admin import ms_datetime
 from promises.models import Promise
+from resonate_project.adminkit import ms_datetime
 from resonate_project.core.clock import now_ms
 from resonate_project.core.errors import NotFound
 from schedules.models import Schedule

@@ -13,13 +13,13 @@ from django.http import HttpRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from promises.admin import when
 from resonate_project.access.credentials import (
     CredentialError,
     credential_create,
     credential_revoke,
 )
 from resonate_project.access.models import ServiceCredential
+from resonate_project.adminkit import when
 from resonate_project.core.clock import now_ms
 
 
