@@ -169,6 +169,7 @@ class Driver:
         self.tasks: set[asyncio.Future[Any]] = set()
         self.sse_streams = [f"s{i + 1}" for i in range(len(urls))]
         self.closing = False
+        self.canary_failure = ""
         for i, stream in enumerate(self.sse_streams):
             self.spawn(self._sse(stream, i))
         self.spawn(self._humans())
@@ -379,8 +380,8 @@ class Driver:
     # --- SSE listeners ---------------------------------------------------------------------------
 
     async def _sse(self, stream: str, home: int) -> None:
-        """Hold ``/poll/chaos-sse/{stream}``, preferring web process ``home``; reconnect at once
-        to whichever web process answers when the stream drops."""
+        """Hold ``/poll/chaos-sse/{stream}`` on web process ``home``; when it drops, reconnect at
+        once to whichever web process answers, and go back home 3 s later."""
         address = f"poll://uni@{SSE_GROUP}/{stream}"
         attempt = 0
         for _ in range(1_000_000):
@@ -393,8 +394,12 @@ class Driver:
                     client.stream("GET", url) as res,
                 ):
                     if res.status_code == 200:
+                        away = attempt % len(self.urls) != 0
                         attempt = 0
+                        connected = time.monotonic()
                         async for line in res.aiter_lines():
+                            if away and time.monotonic() - connected > 3.0:
+                                break  # go home: each web process's hub keeps being exercised
                             if not line.startswith("data:"):
                                 continue
                             frame = json.loads(line[5:].strip())
@@ -414,6 +419,7 @@ class Driver:
             for port in range(len(self.urls)):
                 status, _ = await self.call("promise.get", {"id": "chaos-canary-none"}, port)
                 if status != 404:
+                    self.canary_failure = f"web{port + 1} answered {status}"
                     return False
             i = self.rng.randrange(1 << 30)
             name = f"canary{i}"
@@ -425,6 +431,7 @@ class Driver:
             }
             status, _ = await self.call("promise.create", create)
             if status != 200:
+                self.canary_failure = f"create answered {status}"
                 return False
             addresses = [self.receiver.url(pid)]
             addresses += [f"poll://uni@{SSE_GROUP}/{s}" for s in self.sse_streams]
@@ -433,17 +440,21 @@ class Driver:
                     "promise.register_listener", {"awaited": pid, "address": address}
                 )
                 if status != 200:
+                    self.canary_failure = f"register_listener answered {status}"
                     return False
             data = {"id": pid, "state": "resolved", "value": encode(None)}
             status, _ = await self.call("promise.settle", data)
             if status != 200:
+                self.canary_failure = f"settle answered {status}"
                 return False
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 with self.seen.lock:
-                    if all(self.seen.unblocks.get((pid, a)) for a in addresses):
-                        return True
+                    missing = [a for a in addresses if not self.seen.unblocks.get((pid, a))]
+                if not missing:
+                    return True
                 await asyncio.sleep(0.05)
+            self.canary_failure = f"no unblock within {timeout:.0f}s at {missing}"
             return False
 
         try:

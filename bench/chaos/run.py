@@ -112,13 +112,17 @@ class Run:
         # Full service: both web processes answer and a settlement's push and SSE unblocks
         # arrive, with nothing restarted but what the fault itself killed.
         deadline = fault.end + RECOVERY_LIMIT
+        failures: list[str] = []
         while time.monotonic() < deadline:
             if self.driver.canary():
                 fault.recovered = time.monotonic()
                 break
+            failures.append(f"{time.monotonic() - fault.end:.1f}s {self.driver.canary_failure}")
             time.sleep(0.2)
         took = f"{fault.recovery_s:.1f}s" if fault.recovery_s is not None else "NOT recovered"
         log(f"  fault {kind}{what}: {fault.end - fault.start:.1f}s, full service after {took}")
+        for failure in failures[-5:]:
+            log(f"    canary: {failure}")
         return fault
 
     def scenario(self, sc: Scenario) -> Figures:
