@@ -265,6 +265,21 @@ class Hub:
             releases, self._releases = self._releases, []
             gone, self._gone = self._gone, set()
             new, self._new = self._new, set()
+        try:
+            self._settle(acks, releases, gone, new)
+        except BaseException:
+            # The database went away mid-way (a restart): keep all of it for the next pass. Each
+            # statement is idempotent (acks and releases match on the claim's revision).
+            with self._lock:
+                self._acks[:0] = acks
+                self._releases[:0] = releases
+                self._gone |= {key for key in gone if key not in self._streams}
+                self._new |= {key for key in new if key in self._streams}
+            raise
+
+    def _settle(
+        self, acks: list[Claimed], releases: list[Claimed], gone: set[Key], new: set[Key]
+    ) -> None:
         delivery.ack(acks)
         now = self.clock()
         delivery.release(releases, now)

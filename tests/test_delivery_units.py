@@ -92,3 +92,65 @@ def test_acking_thousands_of_messages_at_once_deletes_exactly_those(db):
     enqueue.unblock({"id": "p7", "state": "rejected"}, "poll://uni@g/w", 1_100)  # replaced
     assert delivery.ack(claimed) == 1_499
     assert list(Message.objects.values_list("key", flat=True)) == ["p7:notify:poll://uni@g/w"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_hub_that_loses_the_database_mid_bookkeeping_keeps_it_for_the_next_pass():
+    """Finding of the chaos run (issue 13): a stream hanging up, or frames confirmed, while the
+    database restarts. The hub used to drop that bookkeeping with the failed statement: the hung-up
+    stream's registry row then stayed, refreshed by its process forever (so other web processes
+    kept routing ``poll://any@g/id`` to a stream that was gone), and the confirmed frames stayed
+    leased until their lease lapsed, to be delivered again."""
+    import asyncio
+    import threading
+
+    import psycopg
+    from django.db import Error as DjangoDbError
+    from django.db import close_old_connections, connection
+
+    from outbox.hub import Hub
+    from outbox.models import Subscriber
+    from promises.clock import now_ms
+
+    hub = Hub(autostart=False)
+    loop = asyncio.new_event_loop()  # the web process's event loop, where streams live
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def connect():
+        return hub.connect("g", "x")
+
+    try:
+        stream = asyncio.run_coroutine_threadsafe(connect(), loop).result(10)
+        enqueue.unblock({"id": "p", "state": "resolved"}, "poll://uni@g/x", now_ms())
+        hub.run_once()  # registers the stream, claims the frame and hands it to the stream
+        assert Subscriber.objects.filter(group="g", stream_id="x").exists()
+        claimed = asyncio.run_coroutine_threadsafe(stream.queue.get(), loop).result(10)
+        assert claimed is not None
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    hub.ack([claimed])  # the stream confirmed the frame...
+    hub.disconnect(stream)  # ...and then hung up
+
+    # The database goes away under the hub (its connection is terminated), as in a restart.
+    connection.ensure_connection()
+    backend = connection.connection.info.backend_pid
+    settings = connection.settings_dict
+    with psycopg.connect(
+        host=settings["HOST"] or None,
+        port=settings["PORT"] or None,
+        user=settings["USER"] or None,
+        password=settings["PASSWORD"] or None,
+        dbname=settings["NAME"],
+        autocommit=True,
+    ) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    with pytest.raises(DjangoDbError):
+        hub.run_once()
+    close_old_connections()  # what the hub thread does before its next pass
+
+    hub.run_once()
+    assert not Subscriber.objects.filter(group="g", stream_id="x").exists()
+    assert not Message.objects.exists()  # the confirmed frame's row is gone, not redelivered
