@@ -170,6 +170,7 @@ class Driver:
         self.sse_streams = [f"s{i + 1}" for i in range(len(urls))]
         self.closing = False
         self.canary_failure = ""
+        self.canary_detail = ""
         for i, stream in enumerate(self.sse_streams):
             self.spawn(self._sse(stream, i))
         self.spawn(self._humans())
@@ -383,11 +384,12 @@ class Driver:
         """Hold ``/poll/chaos-sse/{stream}`` on web process ``home``; when it drops, reconnect at
         once to whichever web process answers, and go back home 3 s later."""
         address = f"poll://uni@{SSE_GROUP}/{stream}"
-        attempt = 0
+        attempt = 0  # 0: home; each failed or dropped connection moves to the next process
         for _ in range(1_000_000):
             if self.closing:
                 return
             url = self.urls[(home + attempt) % len(self.urls)] + f"/poll/{SSE_GROUP}/{stream}"
+            homing = False
             try:
                 async with (
                     httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=10.0)) as client,
@@ -399,7 +401,8 @@ class Driver:
                         connected = time.monotonic()
                         async for line in res.aiter_lines():
                             if away and time.monotonic() - connected > 3.0:
-                                break  # go home: each web process's hub keeps being exercised
+                                homing = True  # each web process's hub keeps being exercised
+                                break
                             if not line.startswith("data:"):
                                 continue
                             frame = json.loads(line[5:].strip())
@@ -407,7 +410,7 @@ class Driver:
                                 self.seen.unblock(frame["data"]["promise"]["id"], address)
             except (httpx.HTTPError, ValueError, KeyError):
                 pass
-            attempt += 1
+            attempt = 0 if homing else attempt + 1
             await asyncio.sleep(0.2)
 
     # --- a canary: is the whole service back? ----------------------------------------------------
@@ -416,6 +419,7 @@ class Driver:
         """Both web processes answer, and a settlement's push and SSE unblocks arrive."""
 
         async def run() -> bool:
+            began = time.monotonic()
             for port in range(len(self.urls)):
                 status, _ = await self.call("promise.get", {"id": "chaos-canary-none"}, port)
                 if status != 404:
@@ -447,11 +451,18 @@ class Driver:
             if status != 200:
                 self.canary_failure = f"settle answered {status}"
                 return False
-            deadline = time.monotonic() + timeout
+            settled = time.monotonic()
+            deadline = settled + timeout
             while time.monotonic() < deadline:
                 with self.seen.lock:
                     missing = [a for a in addresses if not self.seen.unblocks.get((pid, a))]
+                    arrived = [min(self.seen.unblocks[(pid, a)]) for a in addresses if not missing]
                 if not missing:
+                    self.canary_detail = (
+                        f"requests {settled - began:.1f}s, unblocks after "
+                        + ", ".join(f"{at - settled:.1f}s" for at in arrived)
+                        + " (push, SSE streams)"
+                    )
                     return True
                 await asyncio.sleep(0.05)
             self.canary_failure = f"no unblock within {timeout:.0f}s at {missing}"

@@ -123,6 +123,8 @@ class Run:
         log(f"  fault {kind}{what}: {fault.end - fault.start:.1f}s, full service after {took}")
         for failure in failures[-5:]:
             log(f"    canary: {failure}")
+        if fault.recovered is not None:
+            log(f"    canary: {self.driver.canary_detail}")
         return fault
 
     def scenario(self, sc: Scenario) -> Figures:
