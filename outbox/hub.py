@@ -74,6 +74,8 @@ PROCESS = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 ROUTE_CHUNK = 2000
 
 KEEPALIVE = b": keepalive\n\n"
+# How long a stream registration may go unrefreshed before any hub deletes it.
+STALE_SUBSCRIBER_MS = 60_000
 
 Key = tuple[str, str]
 
@@ -289,9 +291,20 @@ class Hub:
             Subscriber.objects.filter(group=group, stream_id=stream_id, process=PROCESS).delete()
         # The registry is refreshed on connect and then once per fallback interval, not on every
         # wake-up (a wake-up follows every commit that wrote a message).
-        if now - self._refreshed_at >= resonate_settings().POLL_FALLBACK_MS:
+        fallback = resonate_settings().POLL_FALLBACK_MS
+        if now - self._refreshed_at >= fallback:
             self._refreshed_at = now
-            Subscriber.objects.filter(process=PROCESS).update(seen_at=now)
+            with self._lock:
+                held = set(self._streams)
+            refreshed = Subscriber.objects.filter(process=PROCESS).update(seen_at=now)
+            if refreshed != len(held - new):
+                # Our rows were swept while this hub could not refresh them (a long database
+                # outage): register every stream we hold again.
+                new = new | held
+            # A web process that died without unregistering (SIGKILL, OOM) leaves its streams'
+            # rows behind; they are ignored once stale, and deleted after a while.
+            stale = now - max(STALE_SUBSCRIBER_MS, 20 * max(fallback, 1000))
+            Subscriber.objects.filter(seen_at__lt=stale).delete()
         if new:
             Subscriber.objects.bulk_create(
                 [Subscriber(group=g, stream_id=i, process=PROCESS, seen_at=now) for g, i in new],

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import pytest
 from django.test import override_settings
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from outbox import delivery, enqueue
 from outbox.beat import install_metronome
-from outbox.models import Message
+from outbox.hub import STALE_SUBSCRIBER_MS, Hub, Stream
+from outbox.models import Message, Subscriber
+from promises.clock import now_ms
 
 ALL = delivery.PUSH_Q | ~delivery.PUSH_Q
 
@@ -102,35 +109,19 @@ def test_a_hub_that_loses_the_database_mid_bookkeeping_keeps_it_for_the_next_pas
     stream's registry row then stayed, refreshed by its process forever (so other web processes
     kept routing ``poll://any@g/id`` to a stream that was gone), and the confirmed frames stayed
     leased until their lease lapsed, to be delivered again."""
-    import asyncio
-    import threading
-
     import psycopg
     from django.db import Error as DjangoDbError
     from django.db import close_old_connections, connection
 
-    from outbox.hub import Hub
-    from outbox.models import Subscriber
-    from promises.clock import now_ms
-
     hub = Hub(autostart=False)
-    loop = asyncio.new_event_loop()  # the web process's event loop, where streams live
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    async def connect():
-        return hub.connect("g", "x")
-
-    try:
-        stream = asyncio.run_coroutine_threadsafe(connect(), loop).result(10)
+    with web_loop() as loop:
+        stream = asyncio.run_coroutine_threadsafe(connect(hub, "g", "x"), loop).result(10)
+        assert stream is not None
         enqueue.unblock({"id": "p", "state": "resolved"}, "poll://uni@g/x", now_ms())
         hub.run_once()  # registers the stream, claims the frame and hands it to the stream
         assert Subscriber.objects.filter(group="g", stream_id="x").exists()
         claimed = asyncio.run_coroutine_threadsafe(stream.queue.get(), loop).result(10)
         assert claimed is not None
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
     hub.ack([claimed])  # the stream confirmed the frame...
     hub.disconnect(stream)  # ...and then hung up
 
@@ -154,3 +145,45 @@ def test_a_hub_that_loses_the_database_mid_bookkeeping_keeps_it_for_the_next_pas
     hub.run_once()
     assert not Subscriber.objects.filter(group="g", stream_id="x").exists()
     assert not Message.objects.exists()  # the confirmed frame's row is gone, not redelivered
+
+
+@contextlib.contextmanager
+def web_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A web process's event loop, where streams live, running in a thread of its own."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+async def connect(hub: Hub, group: str, stream_id: str) -> Stream | None:
+    return hub.connect(group, stream_id)
+
+
+def test_a_hub_deletes_the_stream_registrations_a_killed_web_process_left(db):
+    """Finding of the chaos run (issue 13): every SIGKILLed web process left a registry row per
+    open stream behind, forever."""
+    now = 10_000_000
+    dead = now - STALE_SUBSCRIBER_MS - 1
+    Subscriber.objects.create(group="g", stream_id="dead", process="gone:1:x", seen_at=dead)
+    Subscriber.objects.create(group="g", stream_id="alive", process="other:2:y", seen_at=now - 900)
+    Hub(clock=lambda: now, autostart=False).run_once()
+    assert list(Subscriber.objects.values_list("stream_id", flat=True)) == ["alive"]
+
+
+def test_a_hub_whose_registrations_were_deleted_registers_its_streams_again(db):
+    """A hub kept from refreshing its rows for longer than that (a long database outage) finds
+    them deleted by another hub, and registers its streams again."""
+    clock = [10_000_000]
+    hub = Hub(clock=lambda: clock[0], autostart=False)
+    with web_loop() as loop:
+        asyncio.run_coroutine_threadsafe(connect(hub, "g", "x"), loop).result(10)
+        hub.run_once()
+        Subscriber.objects.all().delete()  # swept by another web process
+        clock[0] += 1_000
+        hub.run_once()
+    assert list(Subscriber.objects.values_list("group", "stream_id")) == [("g", "x")]
