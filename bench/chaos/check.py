@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +26,15 @@ class Fault:
     start: float  # monotonic
     end: float = 0.0
     recovered: float | None = None  # when the canary first succeeded after ``end``
+    answered: float | None = None  # when a client request first succeeded after ``end``
 
     @property
     def recovery_s(self) -> float | None:
         return None if self.recovered is None else self.recovered - self.end
+
+    @property
+    def answered_s(self) -> float | None:
+        return None if self.answered is None else max(0.0, self.answered - self.end)
 
 
 @dataclass
@@ -60,6 +66,7 @@ class Figures:
 
     def row(self) -> dict[str, Any]:
         recoveries = [f.recovery_s for f in self.faults if f.recovery_s is not None]
+        answers = [f.answered_s for f in self.faults if f.answered_s is not None]
         return {
             "scenario": self.scenario,
             "faults": [f.kind for f in self.faults],
@@ -70,6 +77,7 @@ class Figures:
             "listeners": self.listeners,
             "never_unblocked": len(self.never_unblocked),
             "duplicate_deliveries": self.duplicates,
+            "answering_s_max": round(max(answers), 1) if answers else None,
             "recovery_s_max": round(max(recoveries), 1) if recoveries else None,
             "unrecovered_faults": sum(1 for f in self.faults if f.recovered is None),
             "max_error_rate": round(self.max_error_rate, 3),
@@ -131,6 +139,9 @@ def figures(
     fig.requests = len(requests)
     fig.requests_500 = sum(1 for r in requests if r[2] == 500)
     for fault in faults:
+        fault.answered = next(
+            (at for at, _, status in requests if at >= fault.end and status == 200), None
+        )
         until = fault.recovered if fault.recovered is not None else window[1]
         fig.max_error_rate = max(fig.max_error_rate, error_rate(seen, fault.start, until))
     return fig
@@ -149,6 +160,7 @@ class Audit:
     settled_changes: list[str] = field(default_factory=list)
     outbox_left: int = 0
     outbox_dead: int = 0
+    stale_registrations: int = 0  # stream registry rows unrefreshed for over 70 s
 
 
 def audit(database_url: str) -> Audit:
@@ -164,6 +176,10 @@ def audit(database_url: str) -> Audit:
         result.outbox_left = conn.execute("SELECT count(*) FROM outbox_message").fetchone()[0]  # type: ignore[index]
         result.outbox_dead = conn.execute(
             "SELECT count(*) FROM outbox_message WHERE dead_at IS NOT NULL"
+        ).fetchone()[0]  # type: ignore[index]
+        stale = time.time_ns() // 1_000_000 - 70_000
+        result.stale_registrations = conn.execute(
+            "SELECT count(*) FROM outbox_subscriber WHERE seen_at < %s", (stale,)
         ).fetchone()[0]  # type: ignore[index]
     result.task_transitions = len(rows)
     acquired_versions: dict[str, set[int]] = {}
@@ -192,9 +208,6 @@ def audit(database_url: str) -> Audit:
     return result
 
 
-STATUS_500 = re.compile(r'"status": 5\d\d')
-
-
 def server_500s(logs: list[Path]) -> Counter[str]:
     """Requests the web processes answered with a 5xx other than 503, per status (their JSON
     request lines), plus the tracebacks they logged."""
@@ -209,12 +222,19 @@ def server_500s(logs: list[Path]) -> Counter[str]:
                 status = entry.get("status")
                 if isinstance(status, int) and status >= 500 and status != 503:
                     found[f"status {status}"] += 1
-                if entry.get("exc") and entry.get("level") in {"ERROR", "CRITICAL"}:
+                message = str(entry.get("message", ""))
+                if entry.get("logger") == "django.request" and message.startswith("Internal"):
+                    found["status 500 (outside POST /)"] += 1  # Django logs its own 500s so
+                elif entry.get("exc") and entry.get("level") in {"ERROR", "CRITICAL"}:
                     found[f"logged error: {entry.get('logger')}"] += 1
             elif line.startswith("Traceback"):
                 found["traceback"] += 1
     return found
 
 
+SDK_500 = re.compile(r"code=500|returned 500|status 500")
+
+
 def sdk_500s(logs: list[Path]) -> int:
-    return sum(path.read_text(errors="replace").count("status 500") for path in logs)
+    """500s resonate-sdk logged: a request's ``ServerError`` or its stream's reconnect."""
+    return sum(len(SDK_500.findall(path.read_text(errors="replace"))) for path in logs)

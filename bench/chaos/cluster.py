@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -224,6 +225,7 @@ class Shape:
     beat: Proc | None = None
     sdks: list[Proc] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    token: str = ""  # a service credential every client sends
 
     def all(self) -> list[Proc]:
         procs = [*self.webs, *self.workers, *self.sdks]
@@ -246,8 +248,9 @@ def server_env(database_url: str, broker_url: str) -> dict[str, str]:
             "DATABASE_URL": database_url,
             "CELERY_BROKER_URL": broker_url,
             "DJANGO_SETTINGS_MODULE": "resonate_project.settings",
-            # Loopback only, so no credential is needed (README "Security": off is the opt-out).
-            "RESONATE_AUTH": "off",
+            # README "Production": auth required (a service credential, created after migrate).
+            "RESONATE_AUTH": "required",
+            "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
             # The push receivers listen on loopback, which push refuses unless allowed.
             "RESONATE_PUSH_ALLOWED": "127.0.0.1",
             # One JSON line per request, with its status: the run counts the 500s in them.
@@ -344,7 +347,19 @@ class Cluster:
             raise RuntimeError(f"migrate failed:\n{done.stdout}\n{done.stderr}")
         with psycopg.connect(self.pg.url(self.db), autocommit=True) as conn:
             conn.execute(AUDIT_SQL)
-        shape = Shape(self.workdir, self.pg, self.redis, self.sdk_python, env=env)
+        done = subprocess.run(
+            [PYTHON, "manage.py", "resonate", "credentials", "create", "chaos"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"credentials create failed:\n{done.stdout}\n{done.stderr}")
+        token = done.stdout.splitlines()[-1].strip()
+        shape = Shape(self.workdir, self.pg, self.redis, self.sdk_python, env=env, token=token)
         self.shape = shape
         shape.ports = [free_port(), free_port()]
         for i, port in enumerate(shape.ports, 1):
@@ -374,7 +389,7 @@ class Cluster:
                 pid = f"{group[-1]}{i + 1}"
                 url = shape.urls()[i % len(shape.urls())]
                 cfg = {"group": group, "pid": pid, "ttl_ms": SDK_TTL_MS}
-                sdk_env = sdk_environment(url)
+                sdk_env = sdk_environment(url, token)
                 argv = [str(self.sdk_python), str(SDK_PROGRAM), json.dumps(cfg)]
                 shape.sdks.append(Proc(f"sdk-{pid}", argv, sdk_env, self.logdir))
         for sdk in shape.sdks:
@@ -458,7 +473,7 @@ class Cluster:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def sdk_environment(url: str) -> dict[str, str]:
+def sdk_environment(url: str, token: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -466,6 +481,7 @@ def sdk_environment(url: str) -> dict[str, str]:
         and k not in {"DATABASE_URL", "PYTHONPATH"}
     }
     env.update({"RESONATE_URL": url, "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+    env["RESONATE_TOKEN"] = token  # resonate-sdk sends it on POST / and on its stream
     return env
 
 

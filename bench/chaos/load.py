@@ -154,8 +154,9 @@ class Phase:
 class Driver:
     """The load generator; ``phase()`` starts a scenario's stream, ``quiet()`` stops new work."""
 
-    def __init__(self, urls: list[str], seed: int = 7) -> None:
+    def __init__(self, urls: list[str], token: str, seed: int = 7) -> None:
         self.urls = urls
+        self.headers = {"Authorization": f"Bearer {token}"}
         self.seen = Seen()
         self.receiver = Receiver(self.seen)
         self.rng = random.Random(seed)
@@ -171,14 +172,15 @@ class Driver:
         self.closing = False
         self.canary_failure = ""
         self.canary_detail = ""
-        for i, stream in enumerate(self.sse_streams):
-            self.spawn(self._sse(stream, i))
-        self.spawn(self._humans())
-        self.spawn(self._completions())
+        background = [self._sse(stream, i) for i, stream in enumerate(self.sse_streams)]
+        background += [self._humans(), self._completions(), self._poll_probe()]
+        self.background = len(background)  # loops that run until close(), not work
+        for coro in background:
+            self.spawn(coro)
 
     async def _client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
-        return httpx.AsyncClient(timeout=httpx.Timeout(10.0), limits=limits)
+        return httpx.AsyncClient(timeout=httpx.Timeout(10.0), limits=limits, headers=self.headers)
 
     def call_soon[T](self, coro: Coroutine[Any, Any, T], timeout: float = 60) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -392,7 +394,9 @@ class Driver:
             homing = False
             try:
                 async with (
-                    httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=10.0)) as client,
+                    httpx.AsyncClient(
+                        timeout=httpx.Timeout(5.0, read=10.0), headers=self.headers
+                    ) as client,
                     client.stream("GET", url) as res,
                 ):
                     if res.status_code == 200:
@@ -412,6 +416,22 @@ class Driver:
                 pass
             attempt = 0 if homing else attempt + 1
             await asyncio.sleep(0.2)
+
+    async def _poll_probe(self) -> None:
+        """Open a stream on each web process in turn every half second, and record its status:
+        streams (re)connect during faults too (an SDK worker restarted mid-outage)."""
+        for i in range(1_000_000):
+            if self.closing:
+                return
+            port = i % len(self.urls)
+            url = self.urls[port] + f"/poll/chaos-probe/p{port}"
+            try:
+                async with self.client.stream("GET", url) as res:
+                    status = res.status_code
+            except httpx.HTTPError:
+                status = 0
+            self.seen.request("poll", status)
+            await asyncio.sleep(0.5)
 
     # --- a canary: is the whole service back? ----------------------------------------------------
 

@@ -159,8 +159,8 @@ class Run:
                 deaf = [
                     k for k, s in seen.listeners.items() if s == scenario and not seen.unblocks[k]
                 ]
-                pending = len(self.driver.tasks)
-            if not waiting and not deaf and pending <= 2 + len(self.driver.sse_streams):
+                pending = len(self.driver.tasks) - self.driver.background
+            if not waiting and not deaf and pending <= 0:
                 break
             time.sleep(0.5)
         return time.monotonic() - start
@@ -204,6 +204,7 @@ class Outcome:
             and not self.audit.holder_violations
             and not self.audit.settled_changes
             and self.audit.outbox_left == 0
+            and self.audit.stale_registrations == 0
             and not any(k.startswith("status") for k in self.server_errors)
             and self.sdk_500s == 0
             and not self.dead
@@ -219,6 +220,8 @@ class Outcome:
         out += self.audit.holder_violations + self.audit.settled_changes
         if self.audit.outbox_left:
             out.append(f"outbox not empty: {self.audit.outbox_left} rows")
+        if self.audit.stale_registrations:
+            out.append(f"{self.audit.stale_registrations} stream registrations of dead processes")
         out += [
             f"server: {k} x{v}" for k, v in self.server_errors.items() if k.startswith("status")
         ]
@@ -249,6 +252,7 @@ class Outcome:
                 "settled_promise_changes": len(self.audit.settled_changes),
                 "outbox_left": self.audit.outbox_left,
                 "outbox_dead": self.audit.outbox_dead,
+                "stale_registrations": self.audit.stale_registrations,
             },
             "server_errors": self.server_errors,
             "sdk_500s": self.sdk_500s,
@@ -265,7 +269,7 @@ def execute(scenarios: tuple[Scenario, ...], seed: int, keep: bool = False) -> O
     driver: Driver | None = None
     try:
         shape = cluster.start()
-        driver = Driver(shape.urls(), seed)
+        driver = Driver(shape.urls(), shape.token, seed)
         deadline = time.monotonic() + 60
         while not driver.canary():
             if time.monotonic() > deadline:
@@ -293,21 +297,24 @@ def execute(scenarios: tuple[Scenario, ...], seed: int, keep: bool = False) -> O
 def table(result: dict[str, Any]) -> str:
     head = (
         "| scenario | faults | workflows completed / started | lost acknowledged writes "
-        "| listeners never unblocked / registered | duplicate deliveries | full service after "
-        "the fault (max) | max error rate during the fault | client 500s |\n"
-        "|---|---|---|---|---|---|---|---|---|\n"
+        "| listeners never unblocked / registered | duplicate deliveries | requests succeed again "
+        "after the fault (max) | full service after the fault (max) "
+        "| max error rate during the fault | client 500s |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for row in result["scenarios"]:
         faults = ", ".join(row["faults"]) or "none"
         recovery = "—" if row["recovery_s_max"] is None else f"{row['recovery_s_max']} s"
+        answering = "—" if row["answering_s_max"] is None else f"{row['answering_s_max']} s"
         if row["unrecovered_faults"]:
             recovery = f"{row['unrecovered_faults']} never"
         rows.append(
             f"| {row['scenario']} | {faults} | {row['workflows']} "
             f"| {row['lost_acknowledged_writes']} of {row['acknowledged_writes']} "
             f"| {row['never_unblocked']} / {row['listeners']} | {row['duplicate_deliveries']} "
-            f"| {recovery} | {row['max_error_rate'] * 100:.0f} % | {row['client_500s']} |"
+            f"| {answering} | {recovery} | {row['max_error_rate'] * 100:.0f} % "
+            f"| {row['client_500s']} |"
         )
     a = result["audit"]
     server = sum(v for k, v in result["server_errors"].items() if k.startswith("status"))
@@ -317,7 +324,8 @@ def table(result: dict[str, Any]) -> str:
         f"Task audit: {a['acquires']} acquisitions, {a['lease_expiries']} lease expiries, "
         f"{a['fulfills']} fulfilments, {a['holder_violations']} times two holders; "
         f"{a['settled_promise_changes']} changes to settled promises; outbox left "
-        f"{a['outbox_left']} rows ({a['outbox_dead']} dead letters). "
+        f"{a['outbox_left']} rows ({a['outbox_dead']} dead letters); "
+        f"{a['stale_registrations']} stream registrations of dead processes. "
         f"Server 5xx other than 503: {server}; "
         f"SDK workers saw {result['sdk_500s']} 500s; processes not running at the end: "
         f"{', '.join(result['processes_not_running']) or 'none'}.\n"
