@@ -285,8 +285,6 @@ class Hub:
         delivery.ack(acks)
         now = self.clock()
         delivery.release(releases, now)
-        metrics.record_deliveries("sse", delivered=len(acks))
-        metrics.record_redeliveries("sse", len(releases))
         for group, stream_id in gone:
             Subscriber.objects.filter(group=group, stream_id=stream_id, process=PROCESS).delete()
         # The registry is refreshed on connect and then once per fallback interval, not on every
@@ -312,6 +310,9 @@ class Hub:
                 unique_fields=["group", "stream_id", "process"],
                 update_fields=["seen_at"],
             )
+        # Counted once the pass went through (a failed pass is retried whole).
+        metrics.record_deliveries("sse", delivered=len(acks))
+        metrics.record_redeliveries("sse", len(releases))
 
     def _held(self) -> tuple[dict[Key, Stream], list[str], dict[str, list[Stream]]]:
         """The streams, their routes (sorted) and the streams of each group."""
