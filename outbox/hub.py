@@ -140,12 +140,25 @@ class Stream:
         clock = self.hub.clock
         try:
             last_write = clock()
+            # Past its age the stream writes nothing new, only keepalives until what it wrote is
+            # confirmed, then ends; what is queued for it goes back to the outbox.
+            ends_at = last_write + conf.SSE_MAX_AGE_MS if conf.SSE_MAX_AGE_MS > 0 else None
             yield b": connected\n\n"
             while not self.closed:
+                ending = ends_at is not None and clock() >= ends_at
+                if ending and not self.unconfirmed:
+                    break
                 wake_at = last_write + keepalive
                 if self.unconfirmed:
                     wake_at = min(wake_at, self.unconfirmed[0][0] + grace)
-                item = await self._next(max(wake_at - clock(), 0) / 1000)
+                if ends_at is not None and not ending:
+                    wake_at = min(wake_at, ends_at)
+                wait = max(wake_at - clock(), 0) / 1000
+                if ending:
+                    await asyncio.sleep(wait)
+                    item = None
+                else:
+                    item = await self._next(wait)
                 if self.closed:
                     break
                 started = clock()
