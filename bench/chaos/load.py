@@ -480,7 +480,7 @@ class Driver:
                 if not missing:
                     self.canary_detail = (
                         f"requests {settled - began:.1f}s, unblocks after "
-                        + ", ".join(f"{at - settled:.1f}s" for at in arrived)
+                        + ", ".join(f"{max(0.0, at - settled):.1f}s" for at in arrived)
                         + " (push, SSE streams)"
                     )
                     return True
