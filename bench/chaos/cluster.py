@@ -47,7 +47,9 @@ TIMINGS = {
     "RESONATE_PUSH_BACKOFF_MAX_MS": "3000",
     "RESONATE_PUSH_MAX_ATTEMPTS": "1000",
 }
-SDK_TTL_MS = 5000  # the SDK workers' lease: a SIGKILLed worker's task is offered again after it
+# The SDK workers' lease (the SDK's default is 60 s): a SIGKILLed worker's task is offered again
+# after it. 5 s thrashed on a loaded machine (leases lapsed between heartbeats).
+SDK_TTL_MS = 20_000
 
 
 def log(msg: str) -> None:
