@@ -196,13 +196,17 @@ class Driver:
     # --- requests --------------------------------------------------------------------------------
 
     async def call(
-        self, kind: str, data: dict[str, Any], port: int | None = None
+        self,
+        kind: str,
+        data: dict[str, Any],
+        port: int | None = None,
+        client: httpx.AsyncClient | None = None,
     ) -> tuple[int, Any]:
         """One envelope to one web process (round robin unless ``port`` picks one)."""
         url = self.urls[port if port is not None else self.rng.randrange(len(self.urls))]
         body = {"kind": kind, "head": {"corrId": uuid.uuid4().hex[:12]}, "data": data}
         try:
-            res = await self.client.post(url + "/", json=body)
+            res = await (client or self.client).post(url + "/", json=body)
             status = res.status_code
             reply = res.json().get("data") if status < 500 or status == 503 else None
         except (httpx.HTTPError, ValueError):
@@ -439,9 +443,14 @@ class Driver:
         """Both web processes answer, and a settlement's push and SSE unblocks arrive."""
 
         async def run() -> bool:
+            async with httpx.AsyncClient(timeout=httpx.Timeout(10.0), headers=self.headers) as own:
+                return await probe(own)
+
+        async def probe(own: httpx.AsyncClient) -> bool:
+            # Its own connections: the canary does not queue behind the load's requests.
             began = time.monotonic()
             for port in range(len(self.urls)):
-                status, _ = await self.call("promise.get", {"id": "chaos-canary-none"}, port)
+                status, _ = await self.call("promise.get", {"id": "chaos-canary-none"}, port, own)
                 if status != 404:
                     self.canary_failure = f"web{port + 1} answered {status}"
                     return False
@@ -453,7 +462,7 @@ class Driver:
                 "timeoutAt": now_ms() + FAR_MS,
                 "tags": {"chaos:canary": "1", **EXTERNAL},
             }
-            status, _ = await self.call("promise.create", create)
+            status, _ = await self.call("promise.create", create, client=own)
             if status != 200:
                 self.canary_failure = f"create answered {status}"
                 return False
@@ -461,13 +470,13 @@ class Driver:
             addresses += [f"poll://uni@{SSE_GROUP}/{s}" for s in self.sse_streams]
             for address in addresses:
                 status, _ = await self.call(
-                    "promise.register_listener", {"awaited": pid, "address": address}
+                    "promise.register_listener", {"awaited": pid, "address": address}, client=own
                 )
                 if status != 200:
                     self.canary_failure = f"register_listener answered {status}"
                     return False
             data = {"id": pid, "state": "resolved", "value": encode(None)}
-            status, _ = await self.call("promise.settle", data)
+            status, _ = await self.call("promise.settle", data, client=own)
             if status != 200:
                 self.canary_failure = f"settle answered {status}"
                 return False
