@@ -14,7 +14,7 @@ PYTHON_BOOT := $(shell for c in python3.13 python3.12 python3.14 $$(ls -d /root/
 	p=$$(command -v $$c 2>/dev/null) || continue; \
 	$$p -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: run test setup lint typecheck test-sqlite test-postgres test-system services browser clean bench
+.PHONY: run test setup lint typecheck test-sqlite test-postgres test-system services browser clean bench chaos
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON_BOOT)" || { echo "need Python >= 3.12 (python3.12/3.13 on PATH or under pyenv)"; exit 1; }
@@ -66,7 +66,8 @@ d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_ti
 	fi
 
 # Real processes (uvicorn, Celery worker and beat) and the official SDKs, once, against
-# PostgreSQL and Redis (and the embedded server on SQLite).
+# PostgreSQL and Redis (and the embedded server on SQLite); with the short chaos run
+# (tests/integration/test_chaos_short.py: its own PostgreSQL cluster and Redis server, ~1.5 min).
 test-system: setup services
 	$(VENV)/bin/pytest -p no:cacheprovider -n 2 tests/integration tests/e2e
 
@@ -80,6 +81,14 @@ bench: setup services
 		  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q wrk >/dev/null 2>&1; }; } ; } || \
 		{ echo "wrk unavailable: install it (apt-get install wrk) to run the benchmark"; exit 1; }
 	$(PY) bench/run.py --pg-url $(BENCH_PG_URL) $(BENCH_ARGS)
+
+# Fault tolerance under load (bench/chaos; docs/reliability.md): the production shape on a private
+# PostgreSQL cluster and Redis server (loopback only; the shared services are not touched), two web
+# processes, two Celery workers, beat and SDK workers, while each part is killed or restarted in
+# turn, then mixed; a checker proves nothing was lost. ~10 min, bounded. CHAOS_ARGS=--short: ~1.5 min.
+CHAOS_ARGS ?=
+chaos: setup
+	$(PY) -m bench.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) resonate.sqlite3*

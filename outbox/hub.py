@@ -74,6 +74,8 @@ PROCESS = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 ROUTE_CHUNK = 2000
 
 KEEPALIVE = b": keepalive\n\n"
+# How long a stream registration may go unrefreshed before any hub deletes it.
+STALE_SUBSCRIBER_MS = 60_000
 
 Key = tuple[str, str]
 
@@ -138,12 +140,25 @@ class Stream:
         clock = self.hub.clock
         try:
             last_write = clock()
+            # Past its age the stream writes nothing new, only keepalives until what it wrote is
+            # confirmed, then ends; what is queued for it goes back to the outbox.
+            ends_at = last_write + conf.SSE_MAX_AGE_MS if conf.SSE_MAX_AGE_MS > 0 else None
             yield b": connected\n\n"
             while not self.closed:
+                ending = ends_at is not None and clock() >= ends_at
+                if ending and not self.unconfirmed:
+                    break
                 wake_at = last_write + keepalive
                 if self.unconfirmed:
                     wake_at = min(wake_at, self.unconfirmed[0][0] + grace)
-                item = await self._next(max(wake_at - clock(), 0) / 1000)
+                if ends_at is not None and not ending:
+                    wake_at = min(wake_at, ends_at)
+                wait = max(wake_at - clock(), 0) / 1000
+                if ending:
+                    await asyncio.sleep(wait)
+                    item = None
+                else:
+                    item = await self._next(wait)
                 if self.closed:
                     break
                 started = clock()
@@ -265,18 +280,42 @@ class Hub:
             releases, self._releases = self._releases, []
             gone, self._gone = self._gone, set()
             new, self._new = self._new, set()
+        try:
+            self._settle(acks, releases, gone, new)
+        except BaseException:
+            # The database went away mid-way (a restart): keep all of it for the next pass. Each
+            # statement is idempotent (acks and releases match on the claim's revision).
+            with self._lock:
+                self._acks[:0] = acks
+                self._releases[:0] = releases
+                self._gone |= {key for key in gone if key not in self._streams}
+                self._new |= {key for key in new if key in self._streams}
+            raise
+
+    def _settle(
+        self, acks: list[Claimed], releases: list[Claimed], gone: set[Key], new: set[Key]
+    ) -> None:
         delivery.ack(acks)
         now = self.clock()
         delivery.release(releases, now)
-        metrics.record_deliveries("sse", delivered=len(acks))
-        metrics.record_redeliveries("sse", len(releases))
         for group, stream_id in gone:
             Subscriber.objects.filter(group=group, stream_id=stream_id, process=PROCESS).delete()
         # The registry is refreshed on connect and then once per fallback interval, not on every
         # wake-up (a wake-up follows every commit that wrote a message).
-        if now - self._refreshed_at >= resonate_settings().POLL_FALLBACK_MS:
+        fallback = resonate_settings().POLL_FALLBACK_MS
+        if now - self._refreshed_at >= fallback:
             self._refreshed_at = now
-            Subscriber.objects.filter(process=PROCESS).update(seen_at=now)
+            with self._lock:
+                held = set(self._streams)
+            refreshed = Subscriber.objects.filter(process=PROCESS).update(seen_at=now)
+            if refreshed != len(held - new):
+                # Our rows were swept while this hub could not refresh them (a long database
+                # outage): register every stream we hold again.
+                new = new | held
+            # A web process that died without unregistering (SIGKILL, OOM) leaves its streams'
+            # rows behind; they are ignored once stale, and deleted after a while.
+            stale = now - max(STALE_SUBSCRIBER_MS, 20 * max(fallback, 1000))
+            Subscriber.objects.filter(seen_at__lt=stale).delete()
         if new:
             Subscriber.objects.bulk_create(
                 [Subscriber(group=g, stream_id=i, process=PROCESS, seen_at=now) for g, i in new],
@@ -284,6 +323,9 @@ class Hub:
                 unique_fields=["group", "stream_id", "process"],
                 update_fields=["seen_at"],
             )
+        # Counted once the pass went through (a failed pass is retried whole).
+        metrics.record_deliveries("sse", delivered=len(acks))
+        metrics.record_redeliveries("sse", len(releases))
 
     def _held(self) -> tuple[dict[Key, Stream], list[str], dict[str, list[Stream]]]:
         """The streams, their routes (sorted) and the streams of each group."""

@@ -64,7 +64,8 @@ class Message(models.Model):
 
 class Subscriber(models.Model):
     """An SSE stream connected to some web process: lets ``poll://any@group/id`` prefer the stream
-    ``id`` wherever it is connected. Refreshed while connected; stale rows are ignored."""
+    ``id`` wherever it is connected. Refreshed while connected; stale rows are ignored, and deleted
+    after a minute (a web process killed with streams open leaves its rows behind)."""
 
     group = models.TextField()
     stream_id = models.TextField()

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+
 import pytest
 from django.test import override_settings
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from outbox import delivery
 from outbox.beat import install_metronome
-from outbox.models import PUSH_Q, Message
+from outbox.hub import STALE_SUBSCRIBER_MS, Hub, Stream
+from outbox.models import PUSH_Q, Message, Subscriber
+from resonate_project.core.clock import now_ms
 from resonate_project.engine import outbox as enqueue
 
 ALL = PUSH_Q | ~PUSH_Q
@@ -93,3 +100,91 @@ def test_acking_thousands_of_messages_at_once_deletes_exactly_those(db):
     enqueue.unblock({"id": "p7", "state": "rejected"}, "poll://uni@g/w", 1_100)  # replaced
     assert delivery.ack(claimed) == 1_499
     assert list(Message.objects.values_list("key", flat=True)) == ["p7:notify:poll://uni@g/w"]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_hub_that_loses_the_database_mid_bookkeeping_keeps_it_for_the_next_pass():
+    """Finding of the chaos run (issue 13): a stream hanging up, or frames confirmed, while the
+    database restarts. The hub used to drop that bookkeeping with the failed statement: the hung-up
+    stream's registry row then stayed, refreshed by its process forever (so other web processes
+    kept routing ``poll://any@g/id`` to a stream that was gone), and the confirmed frames stayed
+    leased until their lease lapsed, to be delivered again."""
+    import psycopg
+    from django.db import Error as DjangoDbError
+    from django.db import close_old_connections, connection
+
+    hub = Hub(autostart=False)
+    with web_loop() as loop:
+        stream = asyncio.run_coroutine_threadsafe(connect(hub, "g", "x"), loop).result(10)
+        assert stream is not None
+        enqueue.unblock({"id": "p", "state": "resolved"}, "poll://uni@g/x", now_ms())
+        hub.run_once()  # registers the stream, claims the frame and hands it to the stream
+        assert Subscriber.objects.filter(group="g", stream_id="x").exists()
+        claimed = asyncio.run_coroutine_threadsafe(stream.queue.get(), loop).result(10)
+        assert claimed is not None
+    hub.ack([claimed])  # the stream confirmed the frame...
+    hub.disconnect(stream)  # ...and then hung up
+
+    # The database goes away under the hub (its connection is terminated), as in a restart.
+    connection.ensure_connection()
+    backend = connection.connection.info.backend_pid
+    settings = connection.settings_dict
+    with psycopg.connect(
+        host=settings["HOST"] or None,
+        port=settings["PORT"] or None,
+        user=settings["USER"] or None,
+        password=settings["PASSWORD"] or None,
+        dbname=settings["NAME"],
+        autocommit=True,
+    ) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    with pytest.raises(DjangoDbError):
+        hub.run_once()
+    close_old_connections()  # what the hub thread does before its next pass
+
+    hub.run_once()
+    assert not Subscriber.objects.filter(group="g", stream_id="x").exists()
+    assert not Message.objects.exists()  # the confirmed frame's row is gone, not redelivered
+
+
+@contextlib.contextmanager
+def web_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """A web process's event loop, where streams live, running in a thread of its own."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield loop
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+async def connect(hub: Hub, group: str, stream_id: str) -> Stream | None:
+    return hub.connect(group, stream_id)
+
+
+def test_a_hub_deletes_the_stream_registrations_a_killed_web_process_left(db):
+    """Finding of the chaos run (issue 13): every SIGKILLed web process left a registry row per
+    open stream behind, forever."""
+    now = 10_000_000
+    dead = now - STALE_SUBSCRIBER_MS - 1
+    Subscriber.objects.create(group="g", stream_id="dead", process="gone:1:x", seen_at=dead)
+    Subscriber.objects.create(group="g", stream_id="alive", process="other:2:y", seen_at=now - 900)
+    Hub(clock=lambda: now, autostart=False).run_once()
+    assert list(Subscriber.objects.values_list("stream_id", flat=True)) == ["alive"]
+
+
+def test_a_hub_whose_registrations_were_deleted_registers_its_streams_again(db):
+    """A hub kept from refreshing its rows for longer than that (a long database outage) finds
+    them deleted by another hub, and registers its streams again."""
+    clock = [10_000_000]
+    hub = Hub(clock=lambda: clock[0], autostart=False)
+    with web_loop() as loop:
+        asyncio.run_coroutine_threadsafe(connect(hub, "g", "x"), loop).result(10)
+        hub.run_once()
+        Subscriber.objects.all().delete()  # swept by another web process
+        clock[0] += 1_000
+        hub.run_once()
+    assert list(Subscriber.objects.values_list("group", "stream_id")) == [("g", "x")]

@@ -8,9 +8,11 @@ stream ``group`` whenever auth is required.
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urlsplit
 
 from asgiref.sync import sync_to_async
+from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from resonate_project.access.auth import auth_required, authenticate, bearer
@@ -18,6 +20,8 @@ from resonate_project.access.principal import AuthError, Principal
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import Response
+
+log = logging.getLogger("resonate.gate")
 
 JSON_TYPES = ("application/json",)
 
@@ -56,11 +60,19 @@ def poll_principal(request: HttpRequest) -> Principal | None:
 
 def check_poll(request: HttpRequest, group: str) -> HttpResponse | None:
     """``GET /poll/{group}/{id}``: None when the request may stream ``group``, else the 401/403
-    response to send. Synchronous (a service credential is looked up in the database)."""
+    response to send, or 503 while the database cannot be reached. Synchronous (a service
+    credential is looked up in the database)."""
     try:
         principal = poll_principal(request)
     except AuthError as exc:
         return _refusal(exc, 401, str(exc))
+    except (OperationalError, InterfaceError) as exc:
+        # Restarting or unreachable: the worker's stream should simply reconnect (as POST /).
+        log.warning("/poll/: database unavailable: %s", exc)
+        connection.close_if_unusable_or_obsolete()
+        unavailable = JsonResponse({"error": "database unavailable; retry"}, status=503)
+        unavailable["Retry-After"] = "1"
+        return unavailable
     if principal is not None and not principal.may_stream(group):
         return _refusal(None, 403, f"this credential may not stream group {group!r}")
     return None

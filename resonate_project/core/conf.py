@@ -99,6 +99,10 @@ class ResonateSettings:
     # claimed for it: if the stream closes within this window the frame is delivered again.
     SSE_MAX_STREAMS: int = 1000
     SSE_ACK_GRACE_MS: int = 15_000
+    # A stream ends (cleanly, once what it wrote is confirmed) after this long, and its client
+    # reconnects: resonate-sdk 0.8.1 reads its stream under aiohttp's default 300 s total timeout
+    # and does not survive it, so a stream older than that leaves a worker deaf. 0: no limit.
+    SSE_MAX_AGE_MS: int = 240_000
     # --- observability (docs/observability.md) ---------------------------------------------------
     # Prometheus metrics: collected unless off; also served on their own port when METRICS_PORT
     # is set (like the reference server's :9090), besides /metrics on the web port.

@@ -28,6 +28,7 @@ from django.test import Client, override_settings
 from outbox.bind import decide_bind, is_loopback
 from outbox.management.commands.serve import Command as ServeCommand
 from promises.checks import check_resonate_settings
+from resonate_project.access.credentials import TOKEN_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 STRONG_KEY = secrets.token_urlsafe(50)
@@ -280,10 +281,23 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server_without_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    yield from serve_without_database(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def secured_server_without_database(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Server]:
+    yield from serve_without_database(tmp_path_factory, RESONATE_AUTH="required")
+
+
+def serve_without_database(
+    tmp_path_factory: pytest.TempPathFactory, **extra: str
+) -> Iterator[Server]:
     port = free_port()
     db_url = closed_postgres_url()
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    env = clean_env(DATABASE_URL=db_url, PORT=str(port))  # no --host, no HOST
+    env = clean_env(DATABASE_URL=db_url, PORT=str(port), **extra)  # no --host, no HOST
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "manage.py", "serve", "--no-embedded"],
@@ -344,3 +358,20 @@ def test_a_request_while_the_database_is_down_is_a_retryable_503(
     reply = res.json()
     assert reply["head"]["status"] == 503
     assert reply["data"] == "database unavailable; retry the request"
+
+
+def test_a_stream_opened_while_the_database_is_down_is_a_retryable_503(
+    secured_server_without_database: Server,
+) -> None:
+    """Found by the chaos run (issue 13): with auth required, ``/poll/`` looks a service
+    credential up in the database, and answered 500 while PostgreSQL was down (or restarting)
+    where ``POST /`` answered 503; every SDK worker reconnecting its stream then saw a 500."""
+    url = secured_server_without_database.url
+    headers = {"Authorization": f"Bearer {TOKEN_PREFIX}not-checked-until-the-database-answers"}
+    res = httpx.get(url + "/poll/workers/w1", headers=headers, timeout=30)
+    assert res.status_code == 503
+    assert res.headers["retry-after"] == "1"
+    assert res.json() == {"error": "database unavailable; retry"}
+    body = {"kind": "promise.get", "head": {"corrId": "c"}, "data": {"id": "p"}}
+    res = httpx.post(url + "/", json=body, headers=headers, timeout=30)
+    assert res.status_code == 503  # the same answer as POST /

@@ -315,3 +315,51 @@ def test_a_stream_address_over_the_id_limit_is_a_400(db: Any, client: Any) -> No
     res = client.get(f"/poll/g/{'é' * 600}")
     assert res.status_code == 400
     assert "id" in res.json()["error"]
+
+
+# --- streams end after SSE_MAX_AGE_MS ------------------------------------------------------------
+
+
+def test_a_stream_ends_at_its_maximum_age_once_what_it_wrote_is_confirmed(
+    hub: Hub, loop: asyncio.AbstractEventLoop, clock: Clock
+) -> None:
+    """Found by the chaos run (issue 13): resonate-sdk 0.8.1 reads its stream under aiohttp's
+    default total timeout (300 s) and its reconnect loop does not survive that ``TimeoutError``:
+    a worker whose stream had stayed up five minutes never heard another message. Streams now
+    end after ``SSE_MAX_AGE_MS`` and the SDK reconnects, without a frame lost or sent twice."""
+    max_age = GRACE - 5_000  # shorter than the grace window, so a frame is unconfirmed at the end
+    with override_settings(RESONATE={**SETTINGS, "SSE_MAX_AGE_MS": max_age}):
+        opened = clock.now
+        body = connect(loop, hub, "g", "w1").body()
+        assert step(loop, body) == CONNECTED
+        execute("m", "poll://uni@g/w1", clock.now)
+        hub.run_once()
+        assert task_of(step(loop, body)) == "m"
+
+        clock.now = opened + max_age  # too old: nothing new is written to it any more
+        execute("queued", "poll://uni@g/w1", clock.now)
+        hub.run_once()
+        settle(loop)
+        clock.now = opened + GRACE  # m's window has run
+        assert step(loop, body) == KEEPALIVE  # not "queued": this write confirms m...
+        assert step(loop, body) is None  # ...and the response ends
+        hub.run_once()
+        row = Message.objects.get()  # m was delivered; "queued" is due again at once
+        assert (row.key, row.next_attempt_at, row.attempts) == ("queued", clock.now, 0)
+
+        again = connect(loop, hub, "g", "w1").body()  # the worker reconnects
+        assert step(loop, again) == CONNECTED
+        hub.run_once()
+        assert task_of(step(loop, again)) == "queued"
+
+
+def test_a_stream_without_unconfirmed_frames_ends_at_its_maximum_age(
+    hub: Hub, loop: asyncio.AbstractEventLoop, clock: Clock
+) -> None:
+    with override_settings(RESONATE={**SETTINGS, "SSE_MAX_AGE_MS": 60_000}):
+        body = connect(loop, hub, "g", "w1").body()
+        assert step(loop, body) == CONNECTED
+        clock.now += 59_999
+        assert step(loop, body) == KEEPALIVE  # it woke up for its age: not yet
+        clock.now += 1
+        assert step(loop, body) is None
