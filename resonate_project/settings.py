@@ -169,6 +169,11 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
+# The tasks carry no data (a tick, a drain: the database is the source of truth), so a message
+# lost with a dying worker costs one interval. Without Redis ack emulation kombu has no unacked
+# hash to restore when the connection drops; with it, a Redis restart could make kombu's restore
+# raise and the worker exit for good (docs/reliability.md, finding 5).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"ack_emulation": False}
 # Installs the metronome (resonate.tick, resonate.drain) as PeriodicTask rows; see outbox/beat.py.
 CELERY_BEAT_SCHEDULER = "outbox.beat:MetronomeScheduler"
 
