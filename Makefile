@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON_BOOT)" || { echo "need Python >= 3.12 (python3.12/3.13 on PATH or under pyenv)"; exit 1; }
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,server]'
 	@touch $@
 
 setup: $(VENV)/.installed
