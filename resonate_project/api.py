@@ -74,8 +74,8 @@ def refuse_http(headers: Mapping[str, str], check_host: bool = False) -> tuple[i
 
 @csrf_exempt
 async def envelope(request: HttpRequest) -> HttpResponse:
-    """``POST /`` as a Django view (for sites that mount the URLs; ``resonate_project.asgi``
-    answers it before Django's middleware when this project is the server)."""
+    """``POST /`` as a Django view (``resonate_project.embed.asgi`` answers it before Django's
+    middleware where the application is wrapped)."""
     if request.method != "POST":
         return JsonResponse({"error": "POST a {kind, head, data} envelope to this URL"}, status=405)
     headers = {k.lower(): v for k, v in request.headers.items()}
