@@ -144,7 +144,7 @@ def test_no_runner_for_the_steps_is_an_error() -> None:
     with override_settings(CELERY_BROKER_URL="", ASGI_APPLICATION=None):
         errors = checks.check_runner(None)
     assert ids(errors) == ["resonate.E031"]
-    assert "wrap(" in errors[0].hint
+    assert "wrap(" in str(errors[0].hint)
     with override_settings(CELERY_BROKER_URL="", ASGI_APPLICATION="tests.embed_site.application"):
         assert checks.check_runner(None) == []
     with override_settings(CELERY_BROKER_URL="redis://localhost:6379/0", ASGI_APPLICATION=None):
@@ -155,7 +155,7 @@ def test_sse_routes_on_a_wsgi_only_site_are_an_error() -> None:
     with override_settings(ASGI_APPLICATION=None, WSGI_APPLICATION="host.wsgi.application"):
         errors = checks.check_sse_needs_asgi(None)
     assert ids(errors) == ["resonate.E032"]
-    assert "ASGI_APPLICATION" in errors[0].hint
+    assert "ASGI_APPLICATION" in str(errors[0].hint)
 
 
 def test_the_projects_own_settings_pass_the_checks() -> None:
