@@ -63,7 +63,10 @@ def refuse_http(headers: Mapping[str, str], check_host: bool = False) -> tuple[i
     before reading it), or a browser-forgeable request."""
     if check_host:
         domain, _ = split_domain_port(headers.get("host", ""))
-        if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        allowed = settings.ALLOWED_HOSTS
+        if settings.DEBUG and not allowed:  # as Django's own get_host (a new startproject site)
+            allowed = [".localhost", "127.0.0.1", "[::1]"]
+        if not domain or not validate_host(domain, allowed):
             return respond("", "", Response(400, "Host header not in ALLOWED_HOSTS"))
     length = headers.get("content-length", "")
     if length.isdigit() and int(length) > resonate_settings().MAX_BODY_BYTES:
