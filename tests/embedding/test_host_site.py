@@ -4,7 +4,8 @@ blocks appended as they stand. Then, on SQLite: migrate and a clean ``check``; a
 inside the host's atomic block rolls back with the host's row; the admin's promise pages render
 from the wheel's templates; ``/resonate/api/schema/`` answers 200 beside a host REST_FRAMEWORK
 unlike ours; and under plain uvicorn running the wrapped app, ``POST /resonate/`` answers and a
-promise's timeout is applied by the in-process steps.
+promise's timeout is applied by the in-process steps. The same on PostgreSQL (a fresh database
+on the test server; the host then sets its own DATABASES).
 
 Needs network or a pip cache for the virtualenv; without one this fails under CI=true and is
 skipped, with the reason, otherwise."""
@@ -21,6 +22,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -134,7 +136,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = getattr(sys, "_base_executable", sys.executable)
     run(base, "-m", "venv", tmp / "venv", cwd=tmp)
     pip = subprocess.run(
-        [tmp / "venv/bin/pip", "install", "-q", str(wheel), "uvicorn"],
+        [tmp / "venv/bin/pip", "install", "-q", str(wheel), "uvicorn", "psycopg[binary]"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -168,9 +170,47 @@ def envelope(port: int, kind: str, **data: object) -> dict[str, object]:
         raise AssertionError(f"{kind}: {err.code} {err.read()!r}") from err
 
 
-def test_a_startproject_site_embeds_the_apps_with_the_readme_lines(venv: Path) -> None:
+PG_SERVER = os.environ.get("DATABASE_URL_PG", "postgresql://postgres@127.0.0.1:5432/resonate")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The host's own DATABASES line: the startproject default (SQLite), or a fresh PostgreSQL
+    database on the test server, dropped afterwards."""
+    if request.param == "sqlite":
+        yield ""
+        return
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    info = conninfo_to_dict(PG_SERVER)
+    name = f"resonate_embed_{os.getpid()}_{int(time.time())}"
+    try:
+        admin = psycopg.connect(make_conninfo(PG_SERVER, dbname="postgres"), autocommit=True)
+    except psycopg.OperationalError as exc:
+        if CI:
+            pytest.fail(f"PostgreSQL unreachable at {PG_SERVER}: {exc}")
+        pytest.skip(f"PostgreSQL unreachable at {PG_SERVER}: {exc}")
+    admin.execute(f'CREATE DATABASE "{name}"')
+    settings = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": info.get("user", "postgres"),
+        "HOST": info.get("host", "127.0.0.1"),
+        "PORT": info.get("port", "5432"),
+    }
+    try:
+        yield f"\nDATABASES = {{'default': {settings!r}}}\n"
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+def test_a_startproject_site_embeds_the_apps_with_the_readme_lines(
+    venv: Path, database: str
+) -> None:
     bin = venv / "venv/bin"
-    site = venv / "site"
+    site = venv / f"site-{'postgresql' if database else 'sqlite'}"
     site.mkdir()
     run(bin / "django-admin", "startproject", "mysite", site, cwd=venv)
     run(bin / "python", "manage.py", "startapp", "shop", cwd=site)
@@ -183,7 +223,7 @@ def test_a_startproject_site_embeds_the_apps_with_the_readme_lines(venv: Path) -
         with (site / "mysite" / name).open("a") as f:
             f.write("\n" + code)
     with (site / "mysite/settings.py").open("a") as f:
-        f.write(HOST_REST)
+        f.write(HOST_REST + database)
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "mysite.settings", "PYTHONPATH": ""}
     env.pop("DATABASE_URL", None)
     env.pop("RESONATE_WEB_THREADS", None)
