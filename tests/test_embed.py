@@ -166,8 +166,13 @@ def test_the_projects_own_settings_pass_the_checks() -> None:
 
 def asgi(app: Any, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
     sent: list[dict[str, Any]] = []
+    given = False
 
     async def receive() -> dict[str, Any]:
+        nonlocal given
+        if given:  # the client stays connected until the response is sent
+            await asyncio.Event().wait()
+        given = True
         return {"type": "http.request", "body": body, "more_body": False}
 
     async def send(message: dict[str, Any]) -> None:
@@ -190,3 +195,17 @@ def test_the_wrapped_app_answers_the_envelope_at_the_prefix_from_the_urlconf() -
         status, _ = asgi(application, "POST", "/resonate", json.dumps(create("w/2")).encode())
         assert status == 200
     assert set(Promise.objects.values_list("id", flat=True)) == {"w/1", "w/2"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_wrapped_app_without_the_routes_leaves_every_request_to_the_host() -> None:
+    from django.core.asgi import get_asgi_application
+
+    from resonate_project.embed.asgi import wrap
+
+    with override_settings(ROOT_URLCONF="tests.embed_bare"):
+        app = wrap(get_asgi_application())
+        assert asgi(app, "GET", "/") == (200, b"the host's own page")
+        status, _ = asgi(app, "POST", "/", json.dumps(create("bare/1")).encode())
+    assert status == 403  # Django answered (CSRF), not the envelope
+    assert not Promise.objects.filter(pk="bare/1").exists()

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 
 from outbox import embedded, traffic
 from resonate_project.api import answer, refuse_http, too_large
@@ -86,7 +86,7 @@ class Resonate:
     def __init__(self, app: Any, *, steps: bool | None = None) -> None:
         self.app = app
         self.steps = steps
-        self._prefix: str | None = None
+        self._prefix: str | None = None  # "" once known to be unmounted
         self._stop: Callable[[], None] | None = None
         self._lock = threading.Lock()
 
@@ -95,9 +95,13 @@ class Resonate:
         return not celery_enabled() if self.steps is None else self.steps
 
     def prefix(self) -> str:
-        """Where the envelope is mounted, e.g. ``/resonate/`` (``/`` at the site root)."""
+        """Where the envelope is mounted, e.g. ``/resonate/`` (``/`` at the site root); "" when
+        the URLconf does not include ``resonate_project.embed.urls`` (all goes to Django)."""
         if self._prefix is None:
-            self._prefix = reverse("resonate-envelope")
+            try:
+                self._prefix = reverse("resonate-envelope")
+            except NoReverseMatch:
+                self._prefix = ""
         return self._prefix
 
     def start(self) -> None:
@@ -139,12 +143,11 @@ class Resonate:
         if scope["type"] == "lifespan":
             await self.lifespan(receive, send)
             return
-        if scope["type"] == "http":
+        if scope["type"] == "http" and (prefix := self.prefix()):
             path = scope["path"]
             root = scope.get("root_path", "")
             if root and path.startswith(root):
                 path = path[len(root) :]
-            prefix = self.prefix()
             if scope["method"] == "POST" and path in (prefix, prefix.rstrip("/")):
                 await envelope(scope, receive, send)
                 return
