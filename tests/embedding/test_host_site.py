@@ -136,7 +136,7 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = getattr(sys, "_base_executable", sys.executable)
     run(base, "-m", "venv", tmp / "venv", cwd=tmp)
     pip = subprocess.run(
-        [tmp / "venv/bin/pip", "install", "-q", str(wheel), "uvicorn", "psycopg[binary]"],
+        [tmp / "venv/bin/pip", "install", "-q", str(wheel), "uvicorn", "psycopg[binary]", SDK],
         capture_output=True,
         text=True,
         timeout=600,
@@ -169,6 +169,36 @@ def envelope(port: int, kind: str, **data: object) -> dict[str, object]:
     except urllib.error.HTTPError as err:
         raise AssertionError(f"{kind}: {err.code} {err.read()!r}") from err
 
+
+SDK = "resonate-sdk==0.8.1"
+
+# README "Using the official SDKs"'s workflow: a durable step and a durable sleep, which hangs
+# unless something runs the timers.
+SLEEP_WORKFLOW = """
+import asyncio, sys
+from datetime import timedelta
+from resonate.resonate import Resonate
+
+
+def greet(ctx, name):
+    return f"hello {name}"
+
+
+async def hello(ctx, name):
+    greeting = await ctx.run(greet, name)
+    await ctx.sleep(timedelta(seconds=1))
+    return greeting.upper()
+
+
+async def main():
+    resonate = Resonate(url=sys.argv[1])
+    resonate.register(hello)
+    print("RESULT", await resonate.run("hello-embedded", hello, "world").result(), flush=True)
+    await resonate.stop()
+
+
+asyncio.run(main())
+"""
 
 PG_SERVER = os.environ.get("DATABASE_URL_PG", "postgresql://postgres@127.0.0.1:5432/resonate")
 
@@ -285,6 +315,16 @@ def test_a_startproject_site_embeds_the_apps_with_the_readme_lines(
             assert time.monotonic() < deadline, "the timer never fired"
             time.sleep(0.5)
         assert state == "resolved"  # a timer resolves at its deadline
+
+        (site / "sleep_workflow.py").write_text(SLEEP_WORKFLOW)
+        sdk = subprocess.run(
+            [bin / "python", "sleep_workflow.py", f"http://127.0.0.1:{port}/resonate"],
+            cwd=site,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "RESULT HELLO WORLD" in sdk.stdout, sdk.stdout[-2000:] + sdk.stderr[-2000:]
     finally:
         server.terminate()
         server.wait(10)
