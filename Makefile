@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON_BOOT)" || { echo "need Python >= 3.12 (python3.12/3.13 on PATH or under pyenv)"; exit 1; }
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,server]'
 	@touch $@
 
 setup: $(VENV)/.installed
@@ -48,6 +48,8 @@ typecheck: setup
 	$(VENV)/bin/mypy .
 
 UNIT := tests --ignore=tests/integration --ignore=tests/e2e
+# tests/embedding builds a host site on its own SQLite database: once, in the SQLite run.
+UNIT_PG := $(UNIT) --ignore=tests/embedding
 
 test-sqlite: setup browser
 	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(UNIT)
@@ -58,7 +60,7 @@ test-postgres: setup services browser
 	@url=$${DATABASE_URL_PG:-$(PG_URL)}; \
 	if $(PY) -c "import sys, psycopg; from psycopg.conninfo import conninfo_to_dict as c, make_conninfo as m; \
 d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_timeout=5).close()" "$$url" 2>/tmp/resonate-pg-check.err; then \
-		DATABASE_URL=$$url $(VENV)/bin/pytest -p no:cacheprovider -n 2 $(UNIT); \
+		DATABASE_URL=$$url $(VENV)/bin/pytest -p no:cacheprovider -n 2 $(UNIT_PG); \
 	elif [ "$${CI:-}" = "true" ]; then \
 		echo "PostgreSQL unreachable at $$url under CI=true: failing"; cat /tmp/resonate-pg-check.err; exit 1; \
 	else \

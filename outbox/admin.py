@@ -31,8 +31,10 @@ from tasks_app.models import Task
 
 ERROR_CHARS = 80  # of last_error in the list
 
-# The index links to the operator overview (outbox/dashboard.py) above the apps.
-admin.site.index_template = "admin/resonate_index.html"
+# The index links to the operator overview (outbox/dashboard.py) above the apps, unless a host
+# site has an index template of its own.
+if admin.site.index_template is None:
+    admin.site.index_template = "admin/resonate_index.html"
 
 
 class TransportFilter(admin.SimpleListFilter):

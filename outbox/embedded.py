@@ -1,10 +1,12 @@
 """The embedded server: with no broker configured, the same step and drain code that Celery beat
-and the Celery worker run in production runs in threads of the web process."""
+and the Celery worker run in production runs in threads of the web process (``manage.py serve``,
+or a host's ASGI app wrapped by ``resonate_project.embed.asgi.wrap``, for the app's lifespan)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from django.db import close_old_connections
 
@@ -15,9 +17,11 @@ from resonate_project.engine import wake as notify
 log = logging.getLogger("resonate.embedded")
 
 
-def _push_loop(wake: threading.Event) -> None:
-    while True:
+def _push_loop(wake: threading.Event, stop: threading.Event) -> None:
+    while not stop.is_set():
         wake.wait(resonate_settings().POLL_FALLBACK_MS / 1000)
+        if stop.is_set():
+            return
         wake.clear()
         try:
             close_old_connections()
@@ -26,13 +30,25 @@ def _push_loop(wake: threading.Event) -> None:
             log.exception("push delivery failed; retrying")
 
 
-def start() -> None:
-    ticker.start()
+def start() -> Callable[[], None]:
+    """Starts the ticker and the push thread; returns what stops both (between batches)."""
+    stop_ticker = ticker.start()
     wake = threading.Event()
+    stop = threading.Event()
 
     def on_commit(pushed: bool) -> None:
         if pushed:
             wake.set()
 
     notify.subscribe(on_commit)
-    threading.Thread(target=_push_loop, args=(wake,), name="resonate-push", daemon=True).start()
+    threading.Thread(
+        target=_push_loop, args=(wake, stop), name="resonate-push", daemon=True
+    ).start()
+
+    def stop_all() -> None:
+        stop_ticker.set()
+        stop.set()
+        wake.set()
+        notify.unsubscribe(on_commit)
+
+    return stop_all

@@ -2,9 +2,9 @@
 
 The stream is a coroutine (``hub.Stream.frames``). Under Django's own ASGI handler each request
 also holds a thread for its sync middleware until the response ends, i.e. one thread per open
-stream; ``resonate_project.asgi`` therefore runs this view through Django without that per-request
-thread (see ``poll_application`` there). Sites that mount the URLs in their own ASGI application
-get the same stream, at the cost of that thread.
+stream; ``resonate_project.embed.asgi`` therefore runs this view through Django without that
+per-request thread (see ``Resonate._stream`` there). A site that serves the URLs through its own
+unwrapped ASGI application gets the same stream, at the cost of that thread.
 """
 
 from __future__ import annotations

@@ -63,7 +63,10 @@ def refuse_http(headers: Mapping[str, str], check_host: bool = False) -> tuple[i
     before reading it), or a browser-forgeable request."""
     if check_host:
         domain, _ = split_domain_port(headers.get("host", ""))
-        if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        allowed = settings.ALLOWED_HOSTS
+        if settings.DEBUG and not allowed:  # as Django's own get_host (a new startproject site)
+            allowed = [".localhost", "127.0.0.1", "[::1]"]
+        if not domain or not validate_host(domain, allowed):
             return respond("", "", Response(400, "Host header not in ALLOWED_HOSTS"))
     length = headers.get("content-length", "")
     if length.isdigit() and int(length) > resonate_settings().MAX_BODY_BYTES:
@@ -74,8 +77,8 @@ def refuse_http(headers: Mapping[str, str], check_host: bool = False) -> tuple[i
 
 @csrf_exempt
 async def envelope(request: HttpRequest) -> HttpResponse:
-    """``POST /`` as a Django view (for sites that mount the URLs; ``resonate_project.asgi``
-    answers it before Django's middleware when this project is the server)."""
+    """``POST /`` as a Django view (``resonate_project.embed.asgi`` answers it before Django's
+    middleware where the application is wrapped)."""
     if request.method != "POST":
         return JsonResponse({"error": "POST a {kind, head, data} envelope to this URL"}, status=405)
     headers = {k.lower(): v for k, v in request.headers.items()}

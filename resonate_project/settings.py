@@ -12,6 +12,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from resonate_project.embed import RESONATE_APPS
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -60,15 +62,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "rest_framework",
-    "django_filters",
-    "drf_spectacular",
     "django_celery_beat",
-    "promises",
-    "tasks_app",
-    "schedules",
-    "outbox",
-    "resonate_project.access",
+    *RESONATE_APPS,
 ]
 
 MIDDLEWARE = [
@@ -138,30 +133,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    # The resource API under /api/ (resonate_project/rest): one error shape, an OpenAPI schema.
-    "EXCEPTION_HANDLER": "resonate_project.rest.errors.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-}
-
-SPECTACULAR_SETTINGS = {
-    "TITLE": "django-resonate",
-    "VERSION": "0.1.0",
-    "SERVE_INCLUDE_SCHEMA": False,
-    # The schema and docs need the same credential as the API when auth is required.
-    "SERVE_AUTHENTICATION": [
-        "resonate_project.rest.auth.BearerTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "SERVE_PERMISSIONS": ["resonate_project.rest.auth.ApiAccess"],
-    "POSTPROCESSING_HOOKS": [
-        "drf_spectacular.hooks.postprocess_schema_enums",
-        "resonate_project.rest.schema.document_envelope",
-    ],
-}
+# No REST_FRAMEWORK or SPECTACULAR_SETTINGS: the resource API's views carry their own
+# (resonate_project/rest/own.py), as they must inside a host site with settings of its own.
 
 # Celery: the broker decides the production shape; with none configured the embedded server runs
 # the same drain and step code in-process (see outbox/embedded.py).
@@ -179,6 +152,8 @@ CELERY_BEAT_SCHEDULER = "outbox.beat:MetronomeScheduler"
 
 RESONATE = {
     "DEBUG": _env_bool("RESONATE_DEBUG"),
+    # resonate.drain goes through this project's Celery app (a host's goes through its own).
+    "CELERY_APP": "resonate_project.celery.app",
 }
 
 # LOG_FORMAT=json: one JSON object per line, plus one line per envelope request

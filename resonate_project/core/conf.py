@@ -60,6 +60,12 @@ class ResonateSettings:
     # Where wake-ups travel between processes: a redis:// URL. Empty: CELERY_BROKER_URL when it is
     # Redis; otherwise wake-ups stay in-process (the embedded server) and the fallback polls.
     NOTIFY_URL: str = ""
+    # The Redis channel of those wake-ups. Empty: "resonate:outbox:" and the default database's
+    # name, so two deployments (or a host's sites) sharing one Redis do not wake each other.
+    NOTIFY_CHANNEL: str = ""
+    # The Celery app that queues resonate.drain, as a dotted path. Empty: Celery's current app,
+    # i.e. the host's own (the standalone server names resonate_project.celery.app).
+    CELERY_APP: str = ""
 
     # --- the trust boundary (README "Security") ---------------------------------------------------
     # Authentication on POST /, /poll/ and /api/: "required" or "off". Unset ("") behaves as off

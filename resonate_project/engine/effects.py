@@ -22,9 +22,13 @@ if TYPE_CHECKING:
 class Effects:
     due: list[tuple[Task, Promise]] = field(default_factory=list)
     settled: list[Promise] = field(default_factory=list)
+    completed: list[Task] = field(default_factory=list)
 
     def became_pending(self, task: Task, promise: Promise) -> None:
         self.due.append((task, promise))
 
     def settled_promise(self, promise: Promise) -> None:
         self.settled.append(promise)
+
+    def completed_task(self, task: Task) -> None:
+        self.completed.append(task)

@@ -106,6 +106,7 @@ def settle(
             task = Task.objects.filter(pk=p.id).first()
         if task is not None and task.state != "fulfilled":
             fulfil(task)
+            fx.completed_task(task)
     fx.settled_promise(p)
 
 
@@ -129,6 +130,7 @@ def settle_if_live(
         task = Task.objects.filter(pk=p.id).first()
         if task is not None and task.state != "fulfilled":
             fulfil(task)
+            fx.completed_task(task)
     fx.settled_promise(p)
     return p
 

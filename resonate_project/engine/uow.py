@@ -14,16 +14,21 @@ outbox rows and wake-ups commit (or roll back) with the host's rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from django.db import transaction
 
-from promises.models import Callback, Listener
+from promises.models import Callback, Listener, Promise
+from resonate_project.core.signals import promise_settled, task_completed
 from resonate_project.engine import promises
 from resonate_project.engine.debug import paused
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.tasks import dispatch
+from tasks_app.models import Task
+
+log = logging.getLogger("resonate.signals")
 
 
 @contextmanager
@@ -39,6 +44,30 @@ def unit_of_work(now: int, *, steps: bool = False) -> Iterator[Effects]:
         yield fx
         if fx.due or fx.settled:
             finish(fx, now, inline=steps or not paused())
+        if fx.settled:
+            announce(fx)
+
+
+def announce(fx: Effects) -> None:
+    """``promise_settled`` and ``task_completed`` for host code, once this transaction commits
+    (inside a host's atomic block: once the host's commits; never if it rolls back)."""
+    settled = [(p.id, p.state, p.settled_at) for p in fx.settled]
+    states = {id: state for id, state, _ in settled}
+    completed = [(t.pk, states[t.pk]) for t in fx.completed]
+
+    def send() -> None:
+        for id, state, at in settled:
+            _log_failures(promise_settled.send_robust(Promise, id=id, state=state, settled_at=at))
+        for id, state in completed:
+            _log_failures(task_completed.send_robust(Task, id=id, state=state))
+
+    transaction.on_commit(send)
+
+
+def _log_failures(results: Sequence[tuple[object, object]]) -> None:
+    for receiver, result in results:
+        if isinstance(result, Exception):
+            log.error("signal receiver %r failed", receiver, exc_info=result)
 
 
 def finish(fx: Effects, now: int, *, inline: bool) -> None:

@@ -18,13 +18,13 @@ from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, transaction
+from django.utils.module_loading import import_string
 
 from resonate_project.core.conf import resonate_settings
 
 log = logging.getLogger("resonate.notify")
 
-CHANNEL = "resonate:outbox"
 DRAIN_TASK = "resonate.drain"
 _subscribers: list[Callable[[bool], None]] = []
 
@@ -55,6 +55,11 @@ def subscribe(callback: Callable[[bool], None]) -> None:
     _subscribers.append(callback)
 
 
+def unsubscribe(callback: Callable[[bool], None]) -> None:
+    if callback in _subscribers:
+        _subscribers.remove(callback)
+
+
 def celery_enabled() -> bool:
     return bool(getattr(settings, "CELERY_BROKER_URL", ""))
 
@@ -63,6 +68,18 @@ def celery_enabled() -> bool:
 def redis_url() -> str:
     url = resonate_settings().NOTIFY_URL or getattr(settings, "CELERY_BROKER_URL", "")
     return url if url.startswith(("redis://", "rediss://", "unix://")) else ""
+
+
+def channel() -> str:
+    """The Redis channel: ``NOTIFY_CHANNEL``, else one per database (README "Settings")."""
+    name = resonate_settings().NOTIFY_CHANNEL
+    return name or f"resonate:outbox:{settings.DATABASES[DEFAULT_DB_ALIAS]['NAME']}"
+
+
+def celery_app() -> Any:
+    """The app ``resonate.drain`` is sent through: ``CELERY_APP``, else the current one."""
+    path = resonate_settings().CELERY_APP
+    return import_string(path) if path else current_app
 
 
 @cache
@@ -77,13 +94,13 @@ def kick(push: bool) -> None:
         callback(push)
     if redis_url():
         try:
-            _publisher().publish(CHANNEL, b"p" if push else b"s")
+            _publisher().publish(channel(), b"p" if push else b"s")
         except Exception as exc:  # a lost wake-up costs latency, never a message
             log.warning("wake-up publish failed: %s", exc)
     if push and celery_enabled():
         try:
-            # By name: the task lives in the layer above (outbox.tasks), on the current app.
-            current_app.send_task(DRAIN_TASK, expires=60)
+            # By name: the task lives in the layer above (outbox.tasks, a shared_task).
+            celery_app().send_task(DRAIN_TASK, expires=60)
         except Exception as exc:
             log.warning("could not queue resonate.drain: %s", exc)
 
@@ -93,6 +110,8 @@ def listen(callback: Callable[[bool], None]) -> None:
     if not redis_url():
         return
 
+    name = channel()
+
     def run() -> None:
         import redis
 
@@ -100,7 +119,7 @@ def listen(callback: Callable[[bool], None]) -> None:
             try:
                 client = redis.Redis.from_url(redis_url(), socket_connect_timeout=2)
                 pubsub = client.pubsub(ignore_subscribe_messages=True)
-                pubsub.subscribe(CHANNEL)
+                pubsub.subscribe(name)
                 for message in pubsub.listen():
                     callback(message.get("data") == b"p")
             except Exception as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from django.db.models import Q, QuerySet
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,6 +20,7 @@ from outbox.services import MESSAGE_NOT_FOUND, resend
 from promises.models import ID_MAX_LENGTH
 from resonate_project.core.errors import NotFound
 from resonate_project.rest.filters import AtNow
+from resonate_project.rest.own import documented
 from resonate_project.rest.views import ResourceView, errors
 
 
@@ -83,7 +83,7 @@ class OutboxList(ResourceView):
     queryset = Message.objects.all()
     filterset_class = OutboxFilter
 
-    @extend_schema(
+    @documented(
         operation_id="outbox_list",
         responses={200: MessageRecordSerializer(many=True), **errors(400, 401, 403)},
         description="Messages not yet delivered, by key; state=dead lists the dead letters.",
@@ -95,7 +95,7 @@ class OutboxList(ResourceView):
 class OutboxResend(ResourceView):
     queryset = Message.objects.all()  # what this credential may see (ResourceView)
 
-    @extend_schema(
+    @documented(
         operation_id="outbox_resend",
         request=None,
         responses={200: MessageRecordSerializer, **errors(400, 401, 403, 404)},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import NoReverseMatch, reverse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 from resonate_project.core.protocol import PROTOCOL_VERSION
@@ -86,6 +87,20 @@ def envelope_components() -> dict[str, Any]:
     }
 
 
+def only_resonate(endpoints: list[tuple[Any, ...]], **kwargs: Any) -> list[tuple[Any, ...]]:
+    """drf-spectacular preprocessing hook: the resource API's own views (a host site's views are
+    its own schema's business)."""
+    return [e for e in endpoints if e[3].__module__.startswith("resonate_project.rest.")]
+
+
+def envelope_path() -> str:
+    """Where ``POST`` of an envelope goes: ``/`` standalone, the mount prefix when embedded."""
+    try:
+        return reverse("resonate-envelope")
+    except NoReverseMatch:
+        return "/"
+
+
 def document_envelope(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """drf-spectacular postprocessing hook: adds ``POST /`` and the API's description."""
     result["info"]["description"] = DESCRIPTION
@@ -103,7 +118,7 @@ def document_envelope(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         "422": "refused: the awaited promise is internal, or the awaiter has no target",
     }
     result["paths"] = {
-        "/": {
+        envelope_path(): {
             "post": {
                 "operationId": "envelope",
                 "summary": "The Resonate protocol: one request kind per envelope",

@@ -9,11 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status
-from rest_framework.authentication import SessionAuthentication
 from rest_framework.generics import GenericAPIView
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -23,10 +21,10 @@ from resonate_project.access.rules import check_names
 from resonate_project.core.clock import now_ms
 from resonate_project.core.protocol import promise_record, task_record
 from resonate_project.core.schedules import schedule_record
-from resonate_project.rest.auth import ApiAccess, BearerTokenAuthentication, principal_of
+from resonate_project.rest.auth import principal_of
 from resonate_project.rest.filters import FilterBackend, PromiseFilter, ScheduleFilter, TaskFilter
+from resonate_project.rest.own import OwnSettings, documented
 from resonate_project.rest.pagination import IdCursorPagination
-from resonate_project.rest.parsers import DepthLimitedJSONParser
 from resonate_project.rest.serializers import (
     ErrorSerializer,
     PromiseCreateSerializer,
@@ -53,11 +51,7 @@ def errors(*codes: int) -> dict[int, OpenApiResponse]:
     return {c: OpenApiResponse(ErrorSerializer, description=described[c]) for c in codes}
 
 
-class ResourceView(GenericAPIView):
-    authentication_classes = [BearerTokenAuthentication, SessionAuthentication]
-    permission_classes = [ApiAccess]
-    parser_classes = [DepthLimitedJSONParser]
-    renderer_classes = [JSONRenderer]
+class ResourceView(OwnSettings, GenericAPIView):
     pagination_class = IdCursorPagination
     filter_backends = [FilterBackend]
     now = 0
@@ -100,14 +94,14 @@ class PromiseList(ResourceView):
     queryset = Promise.objects.all()
     filterset_class = PromiseFilter
 
-    @extend_schema(
+    @documented(
         operation_id="promises_list",
         responses={200: PromiseRecordSerializer(many=True), **errors(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
         return self.page(lambda p: promise_record(p, self.now))
 
-    @extend_schema(
+    @documented(
         operation_id="promises_create",
         request=PromiseCreateSerializer,
         responses={200: PromiseRecordSerializer, **errors(400, 401, 403)},
@@ -130,7 +124,7 @@ class PromiseList(ResourceView):
 
 
 class PromiseDetail(ResourceView):
-    @extend_schema(
+    @documented(
         operation_id="promises_get",
         responses={200: PromiseRecordSerializer, **errors(400, 401, 403, 404)},
     )
@@ -140,7 +134,7 @@ class PromiseDetail(ResourceView):
 
 
 class PromiseSettle(ResourceView):
-    @extend_schema(
+    @documented(
         operation_id="promises_settle",
         request=PromiseSettleSerializer,
         responses={200: PromiseRecordSerializer, **errors(400, 401, 403, 404)},
@@ -165,7 +159,7 @@ class TaskList(ResourceView):
     id_field = "promise__id"
     filterset_class = TaskFilter
 
-    @extend_schema(
+    @documented(
         operation_id="tasks_list",
         responses={200: TaskRecordSerializer(many=True), **errors(400, 401, 403)},
     )
@@ -174,7 +168,7 @@ class TaskList(ResourceView):
 
 
 class TaskDetail(ResourceView):
-    @extend_schema(
+    @documented(
         operation_id="tasks_get",
         responses={200: TaskRecordSerializer, **errors(400, 401, 403, 404)},
     )
@@ -200,7 +194,7 @@ ACTION_RESPONSES = {200: TaskRecordSerializer, **errors(400, 401, 403, 404, 409)
 class TaskHalt(TaskAction):
     action = staticmethod(tasks.task_halt)
 
-    @extend_schema(
+    @documented(
         operation_id="tasks_halt",
         request=None,
         responses=ACTION_RESPONSES,
@@ -213,7 +207,7 @@ class TaskHalt(TaskAction):
 class TaskContinue(TaskAction):
     action = staticmethod(tasks.task_continue)
 
-    @extend_schema(
+    @documented(
         operation_id="tasks_continue",
         request=None,
         responses=ACTION_RESPONSES,
@@ -231,14 +225,14 @@ class ScheduleList(ResourceView):
     queryset = Schedule.objects.all()
     filterset_class = ScheduleFilter
 
-    @extend_schema(
+    @documented(
         operation_id="schedules_list",
         responses={200: ScheduleRecordSerializer(many=True), **errors(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
         return self.page(schedule_record)
 
-    @extend_schema(
+    @documented(
         operation_id="schedules_create",
         request=ScheduleCreateSerializer,
         responses={200: ScheduleRecordSerializer, **errors(400, 401, 403)},
@@ -261,7 +255,7 @@ class ScheduleList(ResourceView):
 
 
 class ScheduleDetail(ResourceView):
-    @extend_schema(
+    @documented(
         operation_id="schedules_get",
         responses={200: ScheduleRecordSerializer, **errors(400, 401, 403, 404)},
     )
@@ -269,7 +263,7 @@ class ScheduleDetail(ResourceView):
         self.allow(id)
         return Response(schedules.schedule_get(id=id, now=self.now))
 
-    @extend_schema(
+    @documented(
         operation_id="schedules_delete",
         responses={204: None, **errors(400, 401, 403, 404)},
         description="schedule.delete: occurrences already created are left alone.",

@@ -1,0 +1,62 @@
+"""The DRF settings the resource API's views carry themselves.
+
+A host site has its own ``REST_FRAMEWORK`` (renderers, exception handler, schema class,
+versioning, throttles, default permissions) and its own ``SPECTACULAR_SETTINGS``; neither may
+change how ``/api/`` answers, and these views change neither. Everything DRF would read from
+those settings is fixed here, per view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import extend_schema
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.metadata import SimpleMetadata
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import JSONRenderer
+
+from resonate_project.rest.auth import ApiAccess, BearerTokenAuthentication
+from resonate_project.rest.errors import exception_handler
+from resonate_project.rest.parsers import DepthLimitedJSONParser
+
+# drf-spectacular's settings for /api/schema/ and /api/docs/, applied per request.
+SCHEMA_SETTINGS: dict[str, Any] = {
+    "TITLE": "django-resonate",
+    "VERSION": "0.1.0",
+    "PREPROCESSING_HOOKS": ["resonate_project.rest.schema.only_resonate"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "resonate_project.rest.schema.document_envelope",
+    ],
+}
+
+
+def documented(**kwargs: Any) -> Callable[[Any], Any]:
+    """``extend_schema`` on drf-spectacular's ``AutoSchema`` whatever the site's
+    ``DEFAULT_SCHEMA_CLASS`` (on a method, ``extend_schema`` subclasses that setting's class)."""
+
+    def decorate(method: Any) -> Any:
+        method.schema = AutoSchema
+        return extend_schema(**kwargs)(method)
+
+    return decorate
+
+
+class OwnSettings:
+    """Mixed into every API view before DRF's own classes."""
+
+    authentication_classes: list[type] = [BearerTokenAuthentication, SessionAuthentication]
+    permission_classes: list[type] = [ApiAccess]
+    parser_classes: list[type] = [DepthLimitedJSONParser]
+    renderer_classes: list[type] = [JSONRenderer]
+    throttle_classes: list[type] = []
+    versioning_class = None
+    content_negotiation_class = DefaultContentNegotiation
+    metadata_class = SimpleMetadata
+    schema = AutoSchema()
+
+    def get_exception_handler(self) -> Callable[..., Any]:
+        return exception_handler

@@ -1,0 +1,7 @@
+"""A host URLconf that does not include the apps' URLs (tests/test_embed.py)."""
+
+from django.urls import path
+
+from tests.embed_site import home
+
+urlpatterns = [path("", home)]
