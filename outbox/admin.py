@@ -21,7 +21,6 @@ from resonate_project.adminkit import (
     Report,
     cell,
     duration,
-    link,
     pretty_json,
     request_now,
     seen_at,
@@ -168,7 +167,7 @@ class MessageAdmin(OperatorAdmin[Message]):
     def subject_view(self, m: Message) -> SafeString | str:
         if m.kind == "execute" and m.task_id is not None:
             task = Task.objects.filter(promise_id=m.task_id).first()
-            return link(task, f"task {m.task_id}") if task is not None else m.task_id
+            return self.link(task, f"task {m.task_id}") if task is not None else m.task_id
         if m.promise:
             return format_html("promise {} ({})", m.promise.get("id"), m.promise.get("state"))
         return EMPTY

@@ -7,7 +7,7 @@ schedules are never beat entries: they are rows swept by ``resonate.tick``.
 
 The project's ``CELERY_BEAT_SCHEDULER`` is :class:`MetronomeScheduler`, but an operator's
 ``celery beat -S ...`` overrides it. So the rows are also installed when beat starts with any
-database scheduler (:func:`on_beat_init`, connected in ``resonate_project.celery``), and beat
+database scheduler (:func:`on_beat_init`, connected in ``outbox.apps``), and beat
 refuses to start with a scheduler that cannot read them: without the metronome no timer,
 timeout, retry or schedule would ever fire.
 """

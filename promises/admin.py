@@ -28,7 +28,6 @@ from resonate_project.adminkit import (
     cell,
     decoded,
     encoded_value,
-    link,
     plural,
     pretty_json,
     promise_state_html,
@@ -205,7 +204,7 @@ class PromiseAdmin(OperatorAdmin[Promise]):
         if task is None:
             return EMPTY
         state = viewed_task_state(task, p, seen_at(p))
-        return format_html("{} {} version {}", link(task), state_badge(state), task.version)
+        return format_html("{} {} version {}", self.link(task), state_badge(state), task.version)
 
     @admin.display(description="timeout")
     def timeout_view(self, p: Promise) -> SafeString | str:
@@ -263,7 +262,7 @@ class PromiseAdmin(OperatorAdmin[Promise]):
                 if task is not None
                 else ""
             )
-            name = format_html("<strong>{}</strong>", q.id) if current else link(q)
+            name = format_html("<strong>{}</strong>", q.id) if current else self.link(q)
             return format_html("{} {}{}", name, promise_state_html(q, now), task_html)
 
         def subtree(q: Promise) -> SafeString:
@@ -321,7 +320,7 @@ class PromiseAdmin(OperatorAdmin[Promise]):
                 if task is not None
                 else ""
             )
-            items.append((link(q), promise_state_html(q, now), task_html))
+            items.append((self.link(q), promise_state_html(q, now), task_html))
         return format_html("<ul>{}</ul>", format_html_join("", "<li>{} {}{}</li>", items))
 
     # --- actions ---

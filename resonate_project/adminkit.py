@@ -178,19 +178,25 @@ def decoded_data(data: str) -> SafeString:
     return format_html("<div>data (JSON)</div>{}", pretty_json(parsed))
 
 
-def change_url(obj: Model) -> str:
+# ``site`` is the name of the AdminSite the page belongs to, so links stay on a host's own site
+# (README "Embedding"); None is the default site.
+
+
+def change_url(obj: Model, site: str | None = None) -> str:
     opts = obj._meta
-    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(obj.pk)])
+    name = f"admin:{opts.app_label}_{opts.model_name}_change"
+    return reverse(name, args=[quote(obj.pk)], current_app=site)
 
 
-def changelist_url(model: type[Model], **query: str) -> str:
+def changelist_url(model: type[Model], site: str | None = None, **query: str) -> str:
     opts = model._meta
-    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist", current_app=site)
     return f"{url}?{urlencode(query)}" if query else url
 
 
-def link(obj: Model, text: str | None = None) -> SafeString:
-    return format_html('<a href="{}">{}</a>', change_url(obj), text if text is not None else obj.pk)
+def link(obj: Model, text: str | None = None, site: str | None = None) -> SafeString:
+    label = text if text is not None else obj.pk
+    return format_html('<a href="{}">{}</a>', change_url(obj, site), label)
 
 
 def promise_state_html(p: Promise, now: int) -> SafeString:
@@ -335,6 +341,10 @@ class OperatorAdmin[M: Model](admin.ModelAdmin):
     empty_value_display = EMPTY
     list_per_page = 50
 
+    def link(self, obj: Model, text: str | None = None) -> SafeString:
+        """A link to ``obj``'s page on this admin's own site."""
+        return link(obj, text, self.admin_site.name)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
@@ -415,7 +425,7 @@ class OperatorAdmin[M: Model](admin.ModelAdmin):
             "title": title,
             "opts": opts,
             "app_label": opts.app_label,
-            "rows": [(obj, link(obj), describe(obj)) for obj in objects],
+            "rows": [(obj, self.link(obj), describe(obj)) for obj in objects],
             "action": action,
             "action_checkbox_name": ACTION_CHECKBOX_NAME,
             "return_to": request.POST.get("_return", ""),
@@ -432,8 +442,8 @@ class OperatorAdmin[M: Model](admin.ModelAdmin):
         if request.POST.get("_return") == "change" and len(objects) == 1:
             obj = objects[0]
             if type(obj)._default_manager.filter(pk=obj.pk).exists():
-                return HttpResponseRedirect(change_url(obj))
-            return HttpResponseRedirect(changelist_url(type(obj)))
+                return HttpResponseRedirect(change_url(obj, self.admin_site.name))
+            return HttpResponseRedirect(changelist_url(type(obj), self.admin_site.name))
         return None
 
     def run_each(

@@ -23,7 +23,6 @@ from resonate_project.adminkit import (
     changelist_url,
     decoded,
     duration,
-    link,
     plural,
     pretty_json,
     promise_state_html,
@@ -152,11 +151,13 @@ class ScheduleAdmin(OperatorAdmin[Schedule]):
         promises = schedule_promises(s.id, OCCURRENCES)
         if not promises:
             return EMPTY
-        rows = ((link(p), promise_state_html(p, now), when(p.created_at, now)) for p in promises)
+        rows = (
+            (self.link(p), promise_state_html(p, now), when(p.created_at, now)) for p in promises
+        )
         return format_html(
             '<ul>{}</ul><p><a href="{}">All promises of this schedule</a></p>',
             format_html_join("", "<li>{} {} created {}</li>", rows),
-            changelist_url(Promise, q=f"{SCHEDULE}={s.id}"),
+            changelist_url(Promise, self.admin_site.name, q=f"{SCHEDULE}={s.id}"),
         )
 
     @admin.display(description="timeout after firing")

@@ -20,7 +20,6 @@ from resonate_project.adminkit import (
     Report,
     TargetGroupFilter,
     cell,
-    link,
     plural,
     promise_state_html,
     request_now,
@@ -160,7 +159,7 @@ class TaskAdmin(OperatorAdmin[Task]):
 
     @admin.display(description="promise")
     def promise_column(self, t: Task) -> SafeString:
-        return format_html("{} {}", link(t.promise), promise_state_html(t.promise, seen_at(t)))
+        return format_html("{} {}", self.link(t.promise), promise_state_html(t.promise, seen_at(t)))
 
     # --- detail ---
 
@@ -211,13 +210,17 @@ class TaskAdmin(OperatorAdmin[Task]):
         if m is None:
             return EMPTY
         return format_html(
-            "{} version {} to {}, attempts {}", link(m, "execute"), m.version, m.address, m.attempts
+            "{} version {} to {}, attempts {}",
+            self.link(m, "execute"),
+            m.version,
+            m.address,
+            m.attempts,
         )
 
     def promises_html(self, promises: list[Promise], now: int) -> SafeString | str:
         if not promises:
             return EMPTY
-        rows = ((link(p), promise_state_html(p, now)) for p in sorted(promises, key=str))
+        rows = ((self.link(p), promise_state_html(p, now)) for p in sorted(promises, key=str))
         return format_html("<ul>{}</ul>", format_html_join("", "<li>{} {}</li>", rows))
 
     # --- actions ---

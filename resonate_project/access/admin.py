@@ -95,13 +95,19 @@ class ServiceCredentialAdmin(admin.ModelAdmin):
     def response_add(self, request: HttpRequest, obj: Any, post_url_continue: Any = None) -> Any:
         token = getattr(request, "_resonate_token", None)
         if token is None:
-            return HttpResponseRedirect(reverse("admin:access_servicecredential_changelist"))
+            return HttpResponseRedirect(
+                reverse(
+                    "admin:access_servicecredential_changelist", current_app=self.admin_site.name
+                )
+            )
         context = {
             **self.admin_site.each_context(request),
             "title": "Credential created",
             "credential": obj,
             "token": token,
-            "back": reverse("admin:access_servicecredential_changelist"),
+            "back": reverse(
+                "admin:access_servicecredential_changelist", current_app=self.admin_site.name
+            ),
         }
         response = TemplateResponse(request, "admin/access/token_created.html", context)
         response["Cache-Control"] = "no-store"

@@ -12,9 +12,11 @@ skipped, with the reason, otherwise."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -113,10 +115,9 @@ def readme_blocks() -> dict[str, str]:
     return dict(blocks)
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv holding the built wheel and what README "Embedding" installs."""
-    tmp = tmp_path_factory.mktemp("embedding")
+def build_venv(tmp: Path, extras: str = "") -> Path:
+    """A fresh virtualenv in ``tmp`` holding the built wheel (with ``extras``) and what README
+    "Embedding" installs."""
     # Built from a copy: setuptools leaves build/ beside the sources.
     skip = (".*", "build", "*.egg-info", "node_modules", "__pycache__", "*.sqlite3*", "bench")
     shutil.copytree(ROOT, tmp / "src", ignore=shutil.ignore_patterns(*skip))
@@ -136,7 +137,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = getattr(sys, "_base_executable", sys.executable)
     run(base, "-m", "venv", tmp / "venv", cwd=tmp)
     pip = subprocess.run(
-        [tmp / "venv/bin/pip", "install", "-q", str(wheel), "uvicorn", "psycopg[binary]", SDK],
+        [
+            str(tmp / "venv/bin/pip"),
+            *("install", "-q", f"{wheel}{extras}", "uvicorn", "psycopg[binary]", SDK),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -147,6 +151,11 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             pytest.fail(reason)
         pytest.skip(reason)
     return tmp
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_venv(tmp_path_factory.mktemp("embedding"))
 
 
 def free_port() -> int:
@@ -203,18 +212,14 @@ asyncio.run(main())
 PG_SERVER = os.environ.get("DATABASE_URL_PG", "postgresql://postgres@127.0.0.1:5432/resonate")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The host's own DATABASES line: the startproject default (SQLite), or a fresh PostgreSQL
-    database on the test server, dropped afterwards."""
-    if request.param == "sqlite":
-        yield ""
-        return
+@contextlib.contextmanager
+def pg_database(prefix: str) -> Iterator[str]:
+    """A fresh database on the test server, dropped afterwards: the host's DATABASES line."""
     import psycopg
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     info = conninfo_to_dict(PG_SERVER)
-    name = f"resonate_embed_{os.getpid()}_{int(time.time())}"
+    name = f"{prefix}_{os.getpid()}_{int(time.time())}"
     try:
         admin = psycopg.connect(make_conninfo(PG_SERVER, dbname="postgres"), autocommit=True)
     except psycopg.OperationalError as exc:
@@ -236,27 +241,96 @@ def database(request: pytest.FixtureRequest) -> Iterator[str]:
         admin.close()
 
 
-def test_a_startproject_site_embeds_the_apps_with_the_readme_lines(
-    venv: Path, database: str
-) -> None:
-    bin = venv / "venv/bin"
-    site = venv / f"site-{'postgresql' if database else 'sqlite'}"
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The host's own DATABASES line: the startproject default (SQLite), or a fresh PostgreSQL
+    database on the test server."""
+    if request.param == "sqlite":
+        yield ""
+        return
+    with pg_database("resonate_embed") as line:
+        yield line
+
+
+def new_site(venv: Path, name: str) -> Path:
+    """``django-admin startproject mysite`` with README "Embedding"'s three blocks appended."""
+    site = venv / name
     site.mkdir()
-    run(bin / "django-admin", "startproject", "mysite", site, cwd=venv)
-    run(bin / "python", "manage.py", "startapp", "shop", cwd=site)
-    (site / "shop/models.py").write_text(SHOP_MODELS)
+    run(venv / "venv/bin/django-admin", "startproject", "mysite", site, cwd=venv)
     blocks = readme_blocks()
     assert set(blocks) == {"settings.py", "urls.py", "asgi.py"}
     added = sum(1 for code in blocks.values() for line in code.splitlines() if line.strip())
     assert added <= 10, f"README asks a host for {added} lines"
-    for name, code in blocks.items():
-        with (site / "mysite" / name).open("a") as f:
+    for file, code in blocks.items():
+        with (site / "mysite" / file).open("a") as f:
             f.write("\n" + code)
+    return site
+
+
+def site_env() -> dict[str, str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "mysite.settings", "PYTHONPATH": ""}
+    for name in ("DATABASE_URL", "RESONATE_WEB_THREADS", "CELERY_BROKER_URL", "REDIS_URL"):
+        env.pop(name, None)
+    return env
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, f"{what} did not start"
+            time.sleep(0.2)
+
+
+def a_timer_fires_and_the_sdk_sleeps(port: int, site: Path) -> None:
+    """A ``resonate:timer`` promise reads resolved after its deadline, and the SDK's sleep
+    workflow (a durable step, then ``ctx.sleep``) completes against ``/resonate``: only a step
+    runner resumes the suspended task when the sleep's timer is due (a read alone would not)."""
+    now = int(time.time() * 1000)
+    reply = envelope(
+        port,
+        "promise.create",
+        id="timer/1",
+        timeoutAt=now + 1500,
+        param={},
+        tags={"resonate:timer": "true"},
+    )
+    assert reply["head"]["status"] == 200, reply  # type: ignore[index]
+    deadline = time.monotonic() + 15
+    while True:
+        got = envelope(port, "promise.get", id="timer/1")
+        state = got["data"]["promise"]["state"]  # type: ignore[index]
+        if state != "pending":
+            break
+        assert time.monotonic() < deadline, "the timer never fired"
+        time.sleep(0.5)
+    assert state == "resolved"  # a timer resolves at its deadline
+
+    (site / "sleep_workflow.py").write_text(SLEEP_WORKFLOW)
+    sdk = subprocess.run(
+        [site.parent / "venv/bin/python", "sleep_workflow.py", f"http://127.0.0.1:{port}/resonate"],
+        cwd=site,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "RESULT HELLO WORLD" in sdk.stdout, sdk.stdout[-2000:] + sdk.stderr[-2000:]
+
+
+def test_a_startproject_site_embeds_the_apps_with_the_readme_lines(
+    venv: Path, database: str
+) -> None:
+    bin = venv / "venv/bin"
+    site = new_site(venv, f"site-{'postgresql' if database else 'sqlite'}")
+    run(bin / "python", "manage.py", "startapp", "shop", cwd=site)
+    (site / "shop/models.py").write_text(SHOP_MODELS)
     with (site / "mysite/settings.py").open("a") as f:
         f.write(HOST_REST + database)
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "mysite.settings", "PYTHONPATH": ""}
-    env.pop("DATABASE_URL", None)
-    env.pop("RESONATE_WEB_THREADS", None)
+    env = site_env()
     manage: list[str | Path] = [bin / "python", "manage.py"]
 
     run(*manage, "makemigrations", "shop", cwd=site, env=env)
@@ -286,45 +360,91 @@ def test_a_startproject_site_embeds_the_apps_with_the_readme_lines(
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert server.poll() is None, server.stdout.read() if server.stdout else ""
-                assert time.monotonic() < deadline, "uvicorn did not start"
-                time.sleep(0.2)
-        now = int(time.time() * 1000)
-        reply = envelope(
-            port,
-            "promise.create",
-            id="timer/1",
-            timeoutAt=now + 1500,
-            param={},
-            tags={"resonate:timer": "true"},
-        )
-        assert reply["head"]["status"] == 200, reply  # type: ignore[index]
+        wait_for_port(port, server, "uvicorn")
         # Nothing but the wrapped app runs the steps: the timer must fire under plain uvicorn.
-        deadline = time.monotonic() + 15
-        while True:
-            got = envelope(port, "promise.get", id="timer/1")
-            state = got["data"]["promise"]["state"]  # type: ignore[index]
-            if state != "pending":
-                break
-            assert time.monotonic() < deadline, "the timer never fired"
-            time.sleep(0.5)
-        assert state == "resolved"  # a timer resolves at its deadline
-
-        (site / "sleep_workflow.py").write_text(SLEEP_WORKFLOW)
-        sdk = subprocess.run(
-            [bin / "python", "sleep_workflow.py", f"http://127.0.0.1:{port}/resonate"],
-            cwd=site,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert "RESULT HELLO WORLD" in sdk.stdout, sdk.stdout[-2000:] + sdk.stderr[-2000:]
+        a_timer_fires_and_the_sdk_sleeps(port, site)
     finally:
         server.terminate()
         server.wait(10)
+
+
+def celery_blocks() -> tuple[dict[str, str], list[str]]:
+    """README "Embedding"'s ``# with Celery: ...`` blocks by file, and its Celery commands."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("**With Celery**") : text.index("## Conformance")]
+    blocks = re.findall(
+        r"```python\n# with Celery: (create|append to) mysite/(\S+)\n(.*?)```", section, re.S
+    )
+    commands = re.search(r"```sh\n(python manage.py migrate\ncelery.*?)```", section, re.S)
+    assert commands, "README shows no Celery commands"
+    lines = [line.split("#")[0].strip() for line in commands.group(1).splitlines()]
+    return {file: code for _, file, code in blocks}, [line for line in lines if line]
+
+
+# Redis database 8: the integration suite's sessions take 9 and up.
+HOST_BROKER = "redis://127.0.0.1:6379/8"
+
+
+def test_a_host_runs_the_steps_on_its_own_celery_worker_and_beat(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """README "Embedding", "With Celery": the host's own Celery app (the README's two files),
+    the settings block, then the four commands exactly as shown, on PostgreSQL. The wrapped app
+    runs no steps with a broker set, so a timer that fires and the SDK's sleep workflow prove
+    that the host's worker and beat do; the worker's log shows it ran ``resonate.tick``."""
+    import redis
+
+    venv = build_venv(tmp_path_factory.mktemp("embedding-celery"), "[celery]")
+    site = new_site(venv, "site-celery")
+    blocks, commands = celery_blocks()
+    assert set(blocks) == {"celery.py", "__init__.py", "settings.py"}
+    (site / "mysite/celery.py").write_text(blocks["celery.py"])
+    for file in ("__init__.py", "settings.py"):
+        with (site / "mysite" / file).open("a") as f:
+            f.write("\n" + blocks[file])
+    assert commands[0] == "python manage.py migrate"
+    assert commands[1:3] == ["celery -A mysite worker -l info", "celery -A mysite beat -l info"]
+    assert commands[3].startswith("uvicorn mysite.asgi:application --port ")
+    try:
+        redis.Redis.from_url(HOST_BROKER).flushdb()
+    except redis.RedisError as exc:
+        if CI:
+            pytest.fail(f"Redis unreachable: {exc}")
+        pytest.skip(f"Redis unreachable: {exc}")
+    port = free_port()
+    with pg_database("resonate_embed_celery") as databases:
+        with (site / "mysite/settings.py").open("a") as f:
+            # The test's own database and Redis database; the README's lines stand above.
+            f.write(f"{databases}CELERY_BROKER_URL = {HOST_BROKER!r}\n")
+        env = {**site_env(), "PATH": f"{venv / 'venv/bin'}:{os.environ['PATH']}"}
+        run(*shlex.split(commands[0]), "-v", "0", cwd=site, env=env)
+        assert "no issues" in run("python", "manage.py", "check", cwd=site, env=env)
+        serve = shlex.split(commands[3])
+        serve[serve.index("--port") + 1] = str(port)
+        procs: list[subprocess.Popen[bytes]] = []
+        logs = [site / "worker.log", site / "beat.log", site / "uvicorn.log"]
+        try:
+            for argv, log in zip((commands[1], commands[2], shlex.join(serve)), logs, strict=True):
+                procs.append(
+                    subprocess.Popen(
+                        shlex.split(argv),
+                        cwd=site,
+                        env=env,
+                        stdout=log.open("wb"),
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+            wait_for_port(port, procs[2], "uvicorn")
+            a_timer_fires_and_the_sdk_sleeps(port, site)
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(5)
+        worker_log = logs[0].read_text()
+        assert "resonate.tick" in worker_log, worker_log[-3000:]
+        assert "Sending due task resonate-tick" in logs[1].read_text(), logs[1].read_text()[-3000:]
