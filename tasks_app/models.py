@@ -74,6 +74,7 @@ class Job(models.Model):
     errors = models.JSONField(default=list, blank=True)
 
     class Meta:
+        verbose_name = "Django task"
         indexes = [
             models.Index(
                 "backend", "queue", models.F("priority").desc(), "due_at", name="job_claim_order"
