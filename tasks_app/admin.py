@@ -33,7 +33,7 @@ from resonate_project.adminkit import (
 )
 from resonate_project.core.protocol import PENDING, viewed_task_state
 from tasks_app import jobs
-from tasks_app.backends import errors_of, status_of, trace
+from tasks_app.backends import errors_of, status_of, status_q, trace
 from tasks_app.models import Job, Task, TaskState
 from tasks_app.selectors import TASK_STATES, viewed_state_q
 from tasks_app.services import expire_lease, task_continue, task_halt
@@ -344,18 +344,9 @@ class JobStatusFilter(admin.SimpleListFilter):
         return [(s.value, s.label) for s in TaskResultStatus]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        now = request_now(request)
-        live = Q(task__promise__state=PENDING, task__promise__timeout_at__gt=now)
-        match self.value():
-            case TaskResultStatus.READY:
-                return queryset.filter(live).exclude(task__state=TaskState.ACQUIRED)
-            case TaskResultStatus.RUNNING:
-                return queryset.filter(live, task__state=TaskState.ACQUIRED)
-            case TaskResultStatus.SUCCESSFUL:
-                return queryset.filter(task__promise__state="resolved")
-            case TaskResultStatus.FAILED:
-                return queryset.exclude(live).exclude(task__promise__state="resolved")
-        return queryset
+        if self.value() not in TaskResultStatus.values:
+            return queryset
+        return queryset.filter(status_q(str(self.value()), request_now(request)))
 
 
 def pre(text: str) -> SafeString:

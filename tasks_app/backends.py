@@ -17,6 +17,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error
 from django.db import transaction
+from django.db.models import Q
 from django.tasks import Task, TaskResult, TaskResultStatus
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
@@ -195,6 +196,23 @@ def status_of(view: jobs.JobView) -> TaskResultStatus:
     if view.promise_state == "resolved":
         return TaskResultStatus.SUCCESSFUL
     return TaskResultStatus.FAILED
+
+
+def status_q(status: str, now: int) -> Q:
+    """Jobs whose ``status_of`` is ``status`` at ``now``, as a query."""
+    live = Q(task__promise__state="pending", task__promise__timeout_at__gt=now)
+    acquired = Q(task__state=TaskState.ACQUIRED)
+    resolved = Q(task__promise__state="resolved")
+    match status:
+        case TaskResultStatus.READY:
+            return live & ~acquired
+        case TaskResultStatus.RUNNING:
+            return live & acquired
+        case TaskResultStatus.SUCCESSFUL:
+            return resolved
+        case TaskResultStatus.FAILED:
+            return ~live & ~resolved
+    raise ValueError(f"unknown status {status!r}")
 
 
 def errors_of(view: jobs.JobView) -> list[dict[str, str]]:

@@ -77,3 +77,46 @@ def test_rerun_enqueues_the_same_call_under_a_new_id(op: Client) -> None:
     result = t.explode.get_result(copy.task_id)
     assert result.status == TaskResultStatus.READY
     assert result.args == ["again"]
+
+
+# --- the resource API ---------------------------------------------------------------------------
+
+
+def test_the_api_lists_and_shows_calls_as_task_results(settings: Any, client: Client) -> None:
+    configure(settings, MAX_ATTEMPTS=1)
+    done = t.add.enqueue(2, 3)
+    failed = t.explode.enqueue("kaboom")
+    run_due()
+    waiting = t.add.enqueue(7, 8)
+
+    listed = client.get("/api/django-tasks").json()["results"]
+    assert {r["id"] for r in listed} == {done.id, failed.id, waiting.id}
+    ready = client.get("/api/django-tasks", {"status": "READY"}).json()["results"]
+    assert [r["id"] for r in ready] == [waiting.id]
+
+    record = client.get(f"/api/django-tasks/{done.id}").json()
+    assert record["function"] == "tests.tasksapp_fixtures.add"
+    assert (record["args"], record["status"], record["returnValue"]) == ([2, 3], "SUCCESSFUL", 5)
+    assert record["attempts"] == 1
+    record = client.get(f"/api/django-tasks/{failed.id}").json()
+    assert record["status"] == "FAILED"
+    assert "returnValue" not in record
+    assert record["errors"][0]["exceptionClassPath"] == "builtins.ValueError"
+    assert "kaboom" in record["errors"][0]["traceback"]
+    assert client.get("/api/django-tasks/nope").status_code == 404
+
+
+def test_the_api_cancels_and_reruns(settings: Any, client: Client) -> None:
+    configure(settings)
+    waiting = t.add.enqueue(1, 2)
+    canceled = client.post(f"/api/django-tasks/{waiting.id}/cancel").json()
+    assert canceled["status"] == "FAILED"
+    assert canceled["errors"][-1]["exceptionClassPath"] == "tasks_app.jobs.TaskCanceled"
+    again = client.post(f"/api/django-tasks/{waiting.id}/rerun")
+    assert again.status_code == 201
+    record = again.json()
+    assert record["status"] == "READY"
+    assert record["args"] == [1, 2]
+    assert record["id"] != waiting.id
+    run_due()
+    assert t.add.get_result(record["id"]).return_value == 3
