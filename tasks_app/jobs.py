@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from promises import services as promises
 from promises.models import Promise
 from resonate_project.core.addresses import database_target
 from resonate_project.core.errors import NotFound, ProtocolError
-from resonate_project.core.protocol import PENDING, projected_state, viewed_task_state
+from resonate_project.core.protocol import PENDING, is_live, projected_state, viewed_task_state
 from resonate_project.core.tags import DELAY, TARGET
 from tasks_app import services as tasks
 from tasks_app.models import Job, Task, TaskState
@@ -163,19 +163,22 @@ def job_claim(
 
     The job rows are claimed ``FOR UPDATE SKIP LOCKED`` and held while each task is acquired, in
     one transaction, so concurrent workers never pick the same rows (on SQLite the IMMEDIATE
-    transaction serialises claims). A task whose lease has lapsed is taken back first (R5, via
-    ``expire_lease``) and its unreported attempt recorded as a ``WorkerLost`` error. A job whose
-    attempts are spent that way is failed instead of run.
+    transaction serialises claims). The claim walks only unfinished jobs (a partial index in
+    claim order) and skips those whose task is held under a live lease or halted. A task whose
+    lease has lapsed is taken back first (R5, via ``expire_lease``) and its unreported attempt
+    recorded as a ``WorkerLost`` error; a job whose attempts are spent that way is failed
+    instead of run. A job whose promise was settled elsewhere (its deadline, ``promise.settle``)
+    is marked finished when first met.
     """
-    claimable = Q(task__state=TaskState.PENDING) | Q(
-        task__state=TaskState.ACQUIRED, task__expires_at__lte=now
+    busy = Task.objects.filter(pk=OuterRef("pk")).filter(
+        Q(state=TaskState.ACQUIRED, expires_at__gt=now) | Q(state=TaskState.HALTED)
     )
     claimed = []
     with transaction.atomic():
         rows = list(
-            Job.objects.select_for_update(skip_locked=True, of=("self",))
-            .filter(claimable, backend=backend, queue__in=queues, due_at__lte=now)
-            .filter(task__promise__state=PENDING, task__promise__timeout_at__gt=now)
+            Job.objects.select_for_update(skip_locked=True)
+            .filter(finished=False, backend=backend, queue__in=queues, due_at__lte=now)
+            .exclude(Exists(busy))
             .order_by("-priority", "due_at", "task_id")[:limit]
         )
         for job in rows:
@@ -185,9 +188,18 @@ def job_claim(
     return claimed
 
 
+_START_FIELDS = ["errors", "running", "worker_ids", "started_at", "last_attempted_at", "finished"]
+
+
 def _start(job: Job, pid: str, ttl: int, now: int) -> JobView | None:
     id = job.task_id
-    task = Task.objects.get(pk=id)  # read after the job lock: the latest committed version
+    # Read after the job lock, so the latest committed version; the services check it again
+    # under the promise's lock.
+    task = Task.objects.select_related("promise").get(pk=id)
+    if task.state == TaskState.FULFILLED or not is_live(task.promise, now):
+        job.finished, job.running = True, None
+        job.save(update_fields=_START_FIELDS)
+        return None
     try:
         if task.state == TaskState.ACQUIRED:
             tasks.expire_lease(id=id, now=now)
@@ -203,21 +215,22 @@ def _start(job: Job, pid: str, ttl: int, now: int) -> JobView | None:
             ]
             job.running = None
         claim = tasks.task_acquire(id=id, version=task.version, pid=pid, ttl=ttl, now=now)
-    except ProtocolError:  # settled, halted or taken meanwhile: not ours to run
-        job.save(update_fields=["errors", "running"])
+    except ProtocolError:  # changed meanwhile: not ours to run now
+        job.save(update_fields=_START_FIELDS)
         return None
     version = claim["task"]["version"]
     if len(job.errors) >= job.max_attempts:
         tasks.task_fulfill(
             id=id, version=version, state="rejected", value=error_value(job.errors[-1]), now=now
         )
-        job.save(update_fields=["errors", "running"])
+        job.finished = True
+        job.save(update_fields=_START_FIELDS)
         return None
     job.running = version
     job.worker_ids = [*job.worker_ids, pid]
     job.started_at = job.started_at if job.started_at is not None else now
     job.last_attempted_at = now
-    job.save(update_fields=["errors", "running", "worker_ids", "started_at", "last_attempted_at"])
+    job.save(update_fields=_START_FIELDS)
     param = claim["promise"]["param"]
     return _view(job, _call(param.get("data")), PENDING, TaskState.ACQUIRED, version, None, None)
 
@@ -237,8 +250,8 @@ def job_succeed(*, id: str, version: int, value: Any, now: int) -> None:
         tasks.task_fulfill(
             id=id, version=version, state="resolved", value=encode_json(value), now=now
         )
-        job.running = None
-        job.save(update_fields=["running"])
+        job.running, job.finished = None, True
+        job.save(update_fields=["running", "finished"])
 
 
 def job_fail(*, id: str, version: int, error: dict[str, str], now: int) -> bool:
@@ -257,7 +270,8 @@ def job_fail(*, id: str, version: int, error: dict[str, str], now: int) -> bool:
             tasks.task_fulfill(
                 id=id, version=version, state="rejected", value=error_value(error), now=now
             )
-        job.save(update_fields=["errors", "running", "due_at"])
+            job.finished = True
+        job.save(update_fields=["errors", "running", "due_at", "finished"])
         return retry
 
 
@@ -279,9 +293,11 @@ def job_cancel(*, id: str, now: int) -> None:
     """Settle the call's promise ``rejected_canceled`` (a no-op once it is settled). A running
     attempt is not interrupted; its outcome is refused when it reports."""
     with transaction.atomic():
-        _job_for_update(id)
+        job = _job_for_update(id)
         error = task_error(TaskCanceled, "canceled", "")
         promises.promise_settle(id=id, state="rejected_canceled", value=error_value(error), now=now)
+        job.finished = True
+        job.save(update_fields=["finished"])
 
 
 def job_rerun(*, id: str, new_id: str, now: int) -> None:

@@ -72,12 +72,21 @@ class Job(models.Model):
     )
     worker_ids = models.JSONField(default=list, blank=True)
     errors = models.JSONField(default=list, blank=True)
+    finished = models.BooleanField(
+        default=False, help_text="its promise is settled: never claimed again"
+    )
 
     class Meta:
         verbose_name = "Django task"
         indexes = [
+            # The claim walks this in order; finished jobs leave it, so it holds only the queue.
             models.Index(
-                "backend", "queue", models.F("priority").desc(), "due_at", name="job_claim_order"
+                "backend",
+                "queue",
+                models.F("priority").desc(),
+                "due_at",
+                name="job_claim_order",
+                condition=Q(finished=False),
             ),
         ]
 

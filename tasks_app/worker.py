@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import signal
 import socket
 import threading
@@ -25,8 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connection
-from django.tasks import TaskContext
+from django.db import DatabaseError, close_old_connections
+from django.tasks import TaskContext, TaskResultStatus
+from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
@@ -34,7 +36,7 @@ from resonate_project.core.clock import now_ms
 from resonate_project.core.errors import ProtocolError
 from tasks_app import jobs
 from tasks_app import services as tasks
-from tasks_app.backends import ResonateBackend
+from tasks_app.backends import ResonateBackend, instant, trace
 
 log = logging.getLogger("resonate.worker")
 
@@ -59,6 +61,8 @@ class Worker:
     stopping: threading.Event = field(default_factory=threading.Event)
     wake: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Claimed attempts for the runner threads; each runner keeps its own database connection.
+    todo: queue.SimpleQueue[jobs.JobView] = field(default_factory=queue.SimpleQueue)
 
     def stop(self, *_: Any) -> None:
         self.stopping.set()
@@ -72,6 +76,8 @@ class Worker:
             f"concurrency {self.concurrency}"
         )
         threading.Thread(target=self.heartbeat, name="heartbeat", daemon=True).start()
+        for n in range(self.concurrency):
+            threading.Thread(target=self.runner, name=f"runner {n}", daemon=True).start()
         while not self.stopping.is_set():
             if not self.claim():
                 self.wake.wait(self.backend.poll_interval_ms / 1000)
@@ -111,19 +117,24 @@ class Worker:
         for view in claimed:
             with self.lock:
                 self.running[view.id] = view
-            threading.Thread(
-                target=self.execute, args=(view,), name=f"task {view.id}", daemon=True
-            ).start()
+            self.todo.put(view)
         return len(claimed)
 
-    def execute(self, view: jobs.JobView) -> None:
-        try:
-            self.run_claimed(view)
-        finally:
-            with self.lock:
-                self.running.pop(view.id, None)
-            connection.close()
-            self.wake.set()
+    def runner(self) -> None:
+        """One of ``concurrency`` threads: runs claimed attempts one at a time."""
+        while True:
+            view = self.todo.get()
+            try:
+                self.run_claimed(view)
+            except DatabaseError:
+                log.exception(
+                    "%s: the outcome could not be recorded (the lease will lapse)", view.id
+                )
+                close_old_connections()
+            finally:
+                with self.lock:
+                    self.running.pop(view.id, None)
+                self.wake.set()
 
     def run_claimed(self, view: jobs.JobView) -> None:
         """Run one claimed attempt and record its outcome (fenced by its version)."""
@@ -142,21 +153,32 @@ class Worker:
             json.dumps(value)
         except Exception as exc:
             error = failure(exc)
+        now = now_ms()
         try:
-            now = now_ms()
             if error is None:
                 jobs.job_succeed(id=view.id, version=view.version, value=value, now=now)
+                status = TaskResultStatus.SUCCESSFUL
             else:
                 retry = jobs.job_fail(id=view.id, version=view.version, error=error, now=now)
-                log.info(
-                    "%s attempt %d failed%s", view.id, view.version, ", retried" if retry else ""
-                )
+                status = TaskResultStatus.READY if retry else TaskResultStatus.FAILED
+                log.info("%s attempt %d failed (%s)", view.id, view.version, status)
         except ProtocolError as refused:  # fenced out: the lease lapsed and someone took over
             log.warning("%s attempt %d not recorded: %s", view.id, view.version, refused)
             return
-        if result is not None:
-            finished = self.backend.get_result(view.id)
-            task_finished.send(type(self.backend), task_result=finished)
+        if result is not None:  # the attempt's outcome, without reading it back
+            object.__setattr__(result, "status", status)
+            object.__setattr__(result, "last_attempted_at", instant(now))
+            if status == TaskResultStatus.SUCCESSFUL:
+                object.__setattr__(result, "_return_value", value)
+            if error is not None:
+                result.errors.append(
+                    TaskError(
+                        exception_class_path=error["exception_class_path"], traceback=trace(error)
+                    )
+                )
+            if status != TaskResultStatus.READY:
+                object.__setattr__(result, "finished_at", instant(now))
+            task_finished.send(type(self.backend), task_result=result)
 
     def heartbeat(self) -> None:
         """Extend every held lease at half the lease length (T-05 skips what is not ours)."""

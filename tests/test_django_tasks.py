@@ -19,6 +19,7 @@ from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils import timezone
 
 from outbox.models import Message
+from promises import services as promises
 from promises.models import Promise
 from resonate_project.core.clock import now_ms
 from resonate_project.core.errors import ProtocolError
@@ -314,3 +315,30 @@ def test_unknown_options_fail_the_system_check(settings: Any) -> None:
     configure(settings, MAX_ATEMPTS=3)
     with pytest.raises(SystemCheckError, match=r"resonate\.E040"):
         call_command("check")
+
+
+def test_a_call_settled_through_the_protocol_is_not_run(backend: Any) -> None:
+    """Someone resolves the promise (an SDK, the admin's resolve): the call reads SUCCESSFUL
+    with that value, and no worker runs it."""
+    result = t.add.enqueue(1, 1)
+    promises.promise_settle(
+        id=result.id, state="resolved", value=jobs.encode_json("by hand"), now=now_ms()
+    )
+    assert worker().work_once() == 0
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.return_value == "by hand"
+    assert result.attempts == 0
+    assert Job.objects.get(pk=result.id).finished
+
+
+def test_a_running_call_does_not_hold_up_the_queue(backend: Any, tmp_path: Path) -> None:
+    ledger = str(tmp_path / "ledger")
+    held = t.urgent.enqueue(ledger)
+    jobs.job_claim(
+        backend="default", queues=["default"], pid="a", ttl=60_000, now=now_ms(), limit=1
+    )
+    t.routine.enqueue(ledger)
+    assert worker().work_once(limit=1) == 1
+    assert Path(ledger).read_text().split() == ["routine"]
+    assert t.urgent.get_result(held.id).status == TaskResultStatus.RUNNING
