@@ -763,7 +763,7 @@ def main() -> None:
         if "metrics" in only:
             res["metrics"] = metrics_cost(db, 3 if q else 5, 3 if q else 5)
         if "djtasks" in only:
-            res["djtasks"] = djtasks(db, 1_000 if q else 3_000, 60)
+            res["djtasks"] = djtasks(db, 1_000 if q else 2_000, 60)
         if "sweep" in only:
             count, settled = (20_000, 200_000) if q else (100_000, 1_000_000)
             res["sweep"] = sweep(db, count, settled, 240)

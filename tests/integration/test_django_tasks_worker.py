@@ -308,7 +308,8 @@ def test_an_sdk_program_awaits_a_django_task(
             return False
 
     wait_until(ready, "the web process", timeout=90)
-    id = driver.enqueue("add", 40, 2)  # no worker yet: the SDK finds it pending and listens
+    # No worker yet: the SDK finds both pending and listens.
+    ids = [driver.enqueue("add", 40, 2), driver.enqueue("explode", "no such order")]
     env = {
         k: v
         for k, v in os.environ.items()
@@ -318,7 +319,7 @@ def test_an_sdk_program_awaits_a_django_task(
     env.update({"RESONATE_URL": url, "PYTHONUNBUFFERED": "1"})
     program = spawn(
         "sdk",
-        [str(sdk.python), str(SDK_PROGRAM), json.dumps({"id": id, "group": unique("djtasks")})],
+        [str(sdk.python), str(SDK_PROGRAM), json.dumps({"ids": ids, "group": unique("djtasks")})],
         env,
         database.logdir,
     )
@@ -330,4 +331,6 @@ def test_an_sdk_program_awaits_a_django_task(
         "the SDK's result",
     )
     assert isinstance(line, re.Match), program.tail()
-    assert json.loads(line.group(1)) == 42
+    value, error = json.loads(line.group(1))
+    assert value == {"value": 42}
+    assert "no such order" in error["error"]
