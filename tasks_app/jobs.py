@@ -193,15 +193,19 @@ _START_FIELDS = ["errors", "running", "worker_ids", "started_at", "last_attempte
 
 def _start(job: Job, pid: str, ttl: int, now: int) -> JobView | None:
     id = job.task_id
-    # Read after the job lock, so the latest committed version; the services check it again
-    # under the promise's lock.
+    # Read in a statement after the job lock, so the latest committed state: the claim's
+    # ``busy`` test saw its own snapshot, and a worker that committed this job's claim while we
+    # waited for the row has acquired the task since (engine/locks.py says why).
     task = Task.objects.select_related("promise").get(pk=id)
     if task.state == TaskState.FULFILLED or not is_live(task.promise, now):
         job.finished, job.running = True, None
         job.save(update_fields=_START_FIELDS)
         return None
+    held = task.state == TaskState.ACQUIRED and (task.expires_at or 0) > now
+    if held or task.state not in (TaskState.PENDING, TaskState.ACQUIRED):
+        return None
     try:
-        if task.state == TaskState.ACQUIRED:
+        if task.state == TaskState.ACQUIRED:  # its lease has lapsed: R5 for this task
             tasks.expire_lease(id=id, now=now)
         if job.running is not None:
             lost = job.worker_ids[-1] if job.worker_ids else "?"
