@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.core.management import call_command
-from django.core.management.base import SystemCheckError
-from django.db import transaction
+from django.core.management.base import CommandError, SystemCheckError
+from django.db import connection, transaction
 from django.tasks import TaskResultStatus, task_backends
 from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
 from django.utils import timezone
@@ -342,3 +343,30 @@ def test_a_running_call_does_not_hold_up_the_queue(backend: Any, tmp_path: Path)
     assert worker().work_once(limit=1) == 1
     assert Path(ledger).read_text().split() == ["routine"]
     assert t.urgent.get_result(held.id).status == TaskResultStatus.RUNNING
+
+
+def test_the_worker_command_needs_a_resonate_backend(settings: Any) -> None:
+    settings.TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+    with pytest.raises(CommandError, match=r"is not tasks_app\.backends\.ResonateBackend"):
+        call_command("resonate", "worker")
+    with pytest.raises(CommandError, match="nowhere"):
+        call_command("resonate", "worker", "--backend", "nowhere")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.anyio
+async def test_aenqueue_and_aget_result(settings: Any) -> None:
+    configure(settings)
+    try:
+        result = await t.add.aenqueue(3, 4)
+        assert (await t.add.aget_result(result.id)).status == TaskResultStatus.READY
+        await sync_to_async(lambda: worker().work_once())()
+        await result.arefresh()
+        assert result.return_value == 7
+    finally:  # the thread sync_to_async ran in keeps its connection otherwise
+        await sync_to_async(lambda: connection.close())()
