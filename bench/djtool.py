@@ -11,6 +11,8 @@ the server would write it, and only the columns that must differ (id, deadlines,
     python bench/djtool.py load-outbox --address poll://uni@bench/s1 --count 20000
     python bench/djtool.py sweep --limit 500 --max-seconds 300
     python bench/djtool.py push --limit 100 --max-seconds 60
+    python bench/djtool.py pairs --count 2000        # promise.create + settle via the services
+    python bench/djtool.py enqueue --count 5000      # tests.tasksapp_fixtures.noop via Django's API
 """
 
 from __future__ import annotations
@@ -161,6 +163,39 @@ def push(limit: int, max_seconds: float) -> dict[str, Any]:
     return {"claimed": claimed, "delivered": loaded - left, "left": left, "seconds": seconds}
 
 
+def pairs(count: int) -> dict[str, Any]:
+    """``promise_create`` + ``promise_settle`` through the typed services, one after another on
+    one connection: the same path a worker's claim and fulfil take, without HTTP."""
+    from promises import services as promises
+
+    run = f"pair-{time.time_ns()}"
+    cpu, started = time.process_time(), time.perf_counter()
+    for i in range(count):
+        now = now_ms()
+        promises.promise_create(id=f"{run}-{i}", timeout_at=now + HOUR, now=now)
+        promises.promise_settle(id=f"{run}-{i}", state="resolved", now=now_ms())
+    seconds = time.perf_counter() - started
+    return {
+        "pairs": count,
+        "seconds": seconds,
+        "per_s": count / seconds,
+        "cpu_s_per_1000": (time.process_time() - cpu) / count * 1000,
+    }
+
+
+def enqueue(count: int, batch: int = 500) -> dict[str, Any]:
+    """``noop.enqueue()`` ``count`` times, ``batch`` per transaction."""
+    from tests.tasksapp_fixtures import noop
+
+    started = time.perf_counter()
+    for first in range(0, count, batch):
+        with transaction.atomic():
+            for _ in range(min(batch, count - first)):
+                noop.enqueue()
+    seconds = time.perf_counter() - started
+    return {"enqueued": count, "seconds": seconds, "per_s": count / seconds}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -178,8 +213,16 @@ def main() -> None:
     p = sub.add_parser("push")
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--max-seconds", type=float, default=120)
+    p = sub.add_parser("pairs")
+    p.add_argument("--count", type=int, required=True)
+    p = sub.add_parser("enqueue")
+    p.add_argument("--count", type=int, required=True)
     args = parser.parse_args()
-    if args.cmd == "load-promises":
+    if args.cmd == "pairs":
+        out = pairs(args.count)
+    elif args.cmd == "enqueue":
+        out = enqueue(args.count)
+    elif args.cmd == "load-promises":
         out = load_promises(args.prefix, args.count, args.state)
     elif args.cmd == "load-outbox":
         out = load_outbox(args.address, args.count, args.prefix)

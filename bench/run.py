@@ -14,12 +14,17 @@ each protocol figure next to the database's own ceiling measured in the same run
 5. Dispatch latency (bench/dispatch_latency.py): promise.create response to ``execute`` frame.
 6. Cost of metrics: pair throughput of a server with ``RESONATE_METRICS`` on over one with it
    off, each started afresh per run in ABBA order (on, off, off, on, ...); the ratio of medians.
+7. Django tasks (``djtasks``, about a minute): trivial tasks (``tests.tasksapp_fixtures.noop``)
+   enqueued through Django's API, then drained by one ``manage.py resonate worker`` process
+   (concurrency 1, then 4): tasks/s, the worker's CPU seconds per 1,000 tasks, and the ratio to
+   promise.create + promise.settle pairs through the typed services on one connection (the
+   same path without the worker), measured in the same run.
 
 It creates a fresh database ``resonate_bench_<random>`` on the server at ``--pg-url``, migrates it,
 and drops it at the end. All load goes to 127.0.0.1; every loop is bounded in count and time.
 Prints one table and writes bench/results/latest.json.
 
-    .venv/bin/python bench/run.py [--quick] [--only ceiling,http,sweep,drain,dispatch,metrics]
+    .venv/bin/python bench/run.py [--quick] [--only ceiling,http,dispatch,drain,metrics,djtasks]
     .venv/bin/python bench/run.py --markdown bench/results/latest.json   # the table as Markdown
 """
 
@@ -55,7 +60,7 @@ PY = str(ROOT / ".venv" / "bin" / "python")
 RESULTS = BENCH / "results" / "latest.json"
 HOUR = 3_600_000
 
-SECTIONS = ("ceiling", "http", "dispatch", "drain", "sweep", "metrics")
+SECTIONS = ("ceiling", "http", "dispatch", "drain", "sweep", "metrics", "djtasks")
 
 
 def log(msg: str) -> None:
@@ -454,6 +459,68 @@ def dispatch(db: Database, n: int) -> dict[str, Any]:
 # --- report --------------------------------------------------------------------------------------
 
 
+# --- 7. Django tasks through one worker -----------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drain_tasks(db: Database, count: int, concurrency: int, max_seconds: int) -> dict[str, Any]:
+    db.reset()
+    enqueued = djtool(db, "enqueue", "--count", str(count))
+    db.sql("ANALYZE")  # the planner's view of a queue this size (autovacuum would, within a minute)
+    options = json.dumps({"POLL_INTERVAL_MS": 20})
+    cmd = [PY, "manage.py", "resonate", "worker", "--concurrency", str(concurrency)]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env=env_for(db, DJANGO_TASKS_OPTIONS=options),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()  # "worker ... on default: ...": it claims from here on
+        cpu, started = cpu_seconds(proc.pid), time.perf_counter()
+        done, deadline = 0, started + max_seconds
+        while done < count and time.perf_counter() < deadline:
+            time.sleep(0.05)
+            done = db.scalar("SELECT count(*) FROM promises_promise WHERE state = 'resolved'")
+        seconds = time.perf_counter() - started
+        cpu = cpu_seconds(proc.pid) - cpu
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return {
+        "concurrency": concurrency,
+        "tasks": done,
+        "seconds": seconds,
+        "per_s": done / seconds,
+        "worker_cpu_s_per_1000": cpu / max(done, 1) * 1000,
+        "enqueue_per_s": enqueued["per_s"],
+    }
+
+
+def djtasks(db: Database, count: int, max_seconds: int) -> dict[str, Any]:
+    db.reset()
+    pairs = djtool(db, "pairs", "--count", str(count))
+    log(f"djtasks: service pairs {pairs['per_s']:.0f}/s")
+    out: dict[str, Any] = {"pairs": pairs}
+    for concurrency in (1, 4):
+        run = drain_tasks(db, count, concurrency, max_seconds)
+        run["ratio_to_pairs"] = run["per_s"] / pairs["per_s"]
+        out[f"c{concurrency}"] = run
+        log(
+            f"djtasks: concurrency {concurrency}: {run['per_s']:.0f} tasks/s, "
+            f"{run['worker_cpu_s_per_1000']:.2f} CPU s / 1000"
+        )
+    return out
+
+
 def machine() -> dict[str, Any]:
     cpu = ""
     with contextlib.suppress(OSError):
@@ -615,6 +682,20 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 f"read round trip p50 {fmt(res['dispatch']['read_rtt_p50_ms'], ' ms', 1)}",
             )
         )
+    if "djtasks" in res:
+        dj = res["djtasks"]
+        for key in ("c1", "c4"):
+            run = dj[key]
+            rows.append(
+                (
+                    f"7 Django tasks, one worker, concurrency {run['concurrency']}",
+                    f"{fmt(run['per_s'], '/s')}, {fmt(run['worker_cpu_s_per_1000'], ' CPU s', 2)}"
+                    " per 1,000",
+                    "-",
+                    f"{run['ratio_to_pairs']:.2f} of service pairs "
+                    f"({fmt(dj['pairs']['per_s'], '/s')})",
+                )
+            )
     return rows
 
 
@@ -681,6 +762,8 @@ def main() -> None:
             log(f"drain: {rates}")
         if "metrics" in only:
             res["metrics"] = metrics_cost(db, 3 if q else 5, 3 if q else 5)
+        if "djtasks" in only:
+            res["djtasks"] = djtasks(db, 1_000 if q else 2_000, 60)
         if "sweep" in only:
             count, settled = (20_000, 200_000) if q else (100_000, 1_000_000)
             res["sweep"] = sweep(db, count, settled, 240)

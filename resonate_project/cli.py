@@ -14,6 +14,10 @@ human-readable (aligned columns, UTC datetimes, values decoded from base64 when 
                        [--target poll://any@default] [--delay 5s]
     resonate tree ID
     resonate credentials create NAME [--prefix P] [--group G ...] [--admin] | revoke NAME | list
+    resonate worker [--queue Q ...] [--concurrency N] [--backend ALIAS] [--grace SECONDS]
+
+``worker`` is not a protocol request: it runs the calls enqueued through Django's Tasks
+framework (``tasks_app.worker``), on the local database only.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from django.tasks import task_backends
+from django.tasks.exceptions import InvalidTaskBackend
 
 from promises import services as promises
 from promises.selectors import PROMISE_STATES
@@ -45,7 +51,9 @@ from resonate_project.core.protocol import Page, Response
 from resonate_project.core.tags import BRANCH, DELAY, ORIGIN, PARENT, SCOPE, TARGET, TIMER
 from schedules import services as schedules
 from tasks_app import services as tasks
+from tasks_app.backends import ResonateBackend
 from tasks_app.selectors import TASK_STATES
+from tasks_app.worker import Worker
 
 DEFAULT_TARGET = "poll://any@default"
 PAGE = 1000  # promises per search while walking a call tree (the protocol's maximum)
@@ -185,6 +193,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.set_defaults(run=credentials_revoke)
     help = "list credentials (never their tokens)"
     creds.add_parser("list", help=help, description=help).set_defaults(run=credentials_list)
+
+    help = "run calls enqueued through the Django Tasks backend (until SIGTERM)"
+    sub = groups.add_parser("worker", help=help, description=help)
+    sub.add_argument(
+        "--queue",
+        action="append",
+        default=[],
+        help="a queue to serve (repeatable; default: the backend's QUEUES, else default)",
+    )
+    sub.add_argument("--concurrency", type=int, default=1, help="calls run at once (threads)")
+    sub.add_argument("--backend", default="default", help="the TASKS alias (default: default)")
+    sub.add_argument(
+        "--grace", type=float, default=30.0, help="seconds running calls get after SIGTERM"
+    )
+    sub.set_defaults(run=worker)
 
 
 # --- transport ----------------------------------------------------------------------------------
@@ -348,6 +371,22 @@ def credentials_list(ctx: Ctx, args: argparse.Namespace) -> None:
     headers = ["NAME", "PREFIX", "GROUPS", "CREATED", "LAST USED", "STATE"]
     for line in table(headers, rows) if rows else ["no credentials"]:
         ctx.out(line)
+
+
+# --- the Django Tasks worker ---------------------------------------------------------------------
+
+
+def worker(ctx: Ctx, args: argparse.Namespace) -> None:
+    try:
+        backend = task_backends[args.backend]
+    except InvalidTaskBackend as exc:
+        raise CliError(str(exc)) from exc
+    if not isinstance(backend, ResonateBackend):
+        raise CliError(f"TASKS[{args.backend!r}] is not tasks_app.backends.ResonateBackend")
+    if args.concurrency < 1:
+        raise CliError("--concurrency must be at least 1")
+    queues = args.queue or backend.worker_queues()
+    Worker(backend, queues, args.concurrency, args.grace, ctx.out).run()
 
 
 # --- formatting ---------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ operational knobs live in the single ``RESONATE`` namespace; see ``promises/conf
 documented defaults.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -154,6 +155,16 @@ RESONATE = {
     "DEBUG": _env_bool("RESONATE_DEBUG"),
     # resonate.drain goes through this project's Celery app (a host's goes through its own).
     "CELERY_APP": "resonate_project.celery.app",
+}
+
+# Django's Tasks framework on durable promises (README "Django Tasks backend"); run the calls with
+# `manage.py resonate worker`. Any queue name; OPTIONS as JSON in DJANGO_TASKS_OPTIONS.
+TASKS = {
+    "default": {
+        "BACKEND": "tasks_app.backends.ResonateBackend",
+        "QUEUES": [],
+        "OPTIONS": json.loads(os.environ.get("DJANGO_TASKS_OPTIONS") or "{}"),
+    }
 }
 
 # LOG_FORMAT=json: one JSON object per line, plus one line per envelope request

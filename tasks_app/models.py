@@ -43,3 +43,52 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"{self.promise_id}@{self.version}"
+
+
+class Job(models.Model):
+    """A call enqueued through Django's Tasks framework (``tasks_app.backends``), run on the task
+    that shares its id. The promise holds the call (param) and its outcome (value), the task
+    the lease; this row holds what neither has: how the worker orders its claims (queue,
+    priority, ``due_at``), the retry policy fixed at enqueue, and the history ``TaskResult``
+    reports (one worker id per attempt, one error per failed attempt).
+    """
+
+    task = models.OneToOneField(
+        Task, primary_key=True, on_delete=models.CASCADE, related_name="job", db_column="id"
+    )
+    backend = models.CharField(max_length=200)
+    queue = models.CharField(max_length=200)
+    function = models.TextField(help_text="the task's module path")
+    priority = models.IntegerField(default=0)
+    due_at = models.BigIntegerField(help_text="ms: not before (run_after, then each retry)")
+    max_attempts = models.IntegerField()
+    backoff_ms = models.BigIntegerField(help_text="first retry delay; doubles per failure")
+    backoff_max_ms = models.BigIntegerField()
+    enqueued_at = models.BigIntegerField()
+    started_at = models.BigIntegerField(null=True, blank=True)
+    last_attempted_at = models.BigIntegerField(null=True, blank=True)
+    running = models.IntegerField(
+        null=True, blank=True, help_text="the task version of the attempt in progress"
+    )
+    worker_ids = models.JSONField(default=list, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    finished = models.BooleanField(
+        default=False, help_text="its promise is settled: never claimed again"
+    )
+
+    class Meta:
+        verbose_name = "Django task"
+        indexes = [
+            # The claim walks this in order; finished jobs leave it, so it holds only the queue.
+            models.Index(
+                "backend",
+                "queue",
+                models.F("priority").desc(),
+                "due_at",
+                name="job_claim_order",
+                condition=Q(finished=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.function} {self.task_id}"

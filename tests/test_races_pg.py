@@ -16,12 +16,16 @@ from django.db import connection
 
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
+from resonate_project.core.clock import now_ms
 from resonate_project.core.protocol import Response
 from resonate_project.engine import steps as promise_steps
 from resonate_project.engine import steps as task_steps
 from resonate_project.envelope import call
+from tasks_app import jobs
 from tasks_app.models import Task
+from tests import tasksapp_fixtures as fixtures
 from tests.conftest import FAR
+from tests.test_django_tasks import configure
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -227,3 +231,30 @@ def test_crossing_suspends_and_settles_never_fail_and_never_lose_a_wake() -> Non
                 execute = Message.objects.get(key=tid)
                 assert (execute.kind, execute.version) == ("execute", 1)
         assert not Callback.objects.filter(awaited_id__in=[p, q]).exists()
+
+
+def test_concurrent_django_task_claims_never_share_a_call(settings: Any) -> None:
+    """Eight workers claim from one queue of 40 calls at once, again and again: every call is
+    claimed once, by one worker, at attempt 1 (SKIP LOCKED, then task.acquire's fence)."""
+    configure(settings)
+    ids = {fixtures.add.enqueue(i, i).id for i in range(40)}
+    now = now_ms() + 1_000
+
+    def claim_all(i: int) -> list[tuple[str, int]]:
+        mine: list[tuple[str, int]] = []
+        while True:
+            claimed = jobs.job_claim(
+                backend="default",
+                queues=["default"],
+                pid=f"w{i}",
+                ttl=600_000,
+                now=now,
+                limit=3,
+            )
+            if not claimed:
+                return mine
+            mine += [(view.id, view.version) for view in claimed]
+
+    claims = [c for mine in race(8, claim_all) for c in mine]
+    assert Counter(id for id, _ in claims) == dict.fromkeys(ids, 1)
+    assert {version for _, version in claims} == {1}

@@ -74,6 +74,24 @@ def is_push(address: str) -> bool:
     return address.startswith(("http://", "https://"))
 
 
+# --- addresses claimed from the database ---------------------------------------------------------
+
+# ``django-tasks://{backend}/{queue}``: the target of a task enqueued through Django's Tasks
+# framework (``tasks_app.backends``). Its worker (``manage.py resonate worker``) shares the
+# database and claims due tasks from it, so no ``execute`` message is ever written for it: one
+# would reach no SSE stream or push destination and wait in the outbox forever, and a
+# ``poll://any@{queue}`` target would hand Django calls to SDK workers of a same-named group.
+DATABASE_SCHEME = "django-tasks://"
+
+
+def database_target(backend: str, queue: str) -> str:
+    return f"{DATABASE_SCHEME}{backend}/{queue}"
+
+
+def is_claimed_from_database(address: str | None) -> bool:
+    return address is not None and address.startswith(DATABASE_SCHEME)
+
+
 # --- the allowlist (PUSH_ALLOWED) ---------------------------------------------------------------
 
 ALLOW_HINT = "allow it with RESONATE_PUSH_ALLOWED"

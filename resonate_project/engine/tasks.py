@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from promises.models import Promise
 from resonate_project.core import tags as T
+from resonate_project.core.addresses import is_claimed_from_database
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import is_live, viewed_task_state
 from resonate_project.core.wire.promises import later
@@ -28,9 +29,11 @@ def first_dispatch_at(p: Promise, now: int) -> int:
     A delay at or past the promise's deadline means the task is never dispatched and dies timed
     out, so the instant is capped at the deadline (which also keeps any delay storable). A timer
     that is also targeted (the Python SDK's ``ctx.sleep``) is never dispatched either: nothing
-    runs it, and its deadline settlement fulfils it.
+    runs it, and its deadline settlement fulfils it. Nor is a task whose target is claimed from
+    the database (``django-tasks://``): its worker finds it by querying, so its retry timer is
+    parked at the deadline, where it only applies the timeout.
     """
-    if p.timer:
+    if p.timer or is_claimed_from_database(p.target):
         return p.timeout_at
     delay = p.tags.get(T.DELAY)
     due = max(T.parse_delay(delay), now) if delay is not None else now
@@ -131,12 +134,18 @@ def dispatch(t: Task, p: Promise, now: int) -> bool:
     """R6 for one task: re-arm the retry and upsert ``execute`` with the current version.
 
     Gated on the projected promise (C5): no dispatch for the dead. An empty target names no
-    address, so the retry is re-armed but no message is written.
+    address, so the retry is re-armed but no message is written. A target claimed from the
+    database gets no message either, and its retry is parked at the deadline (see
+    :func:`first_dispatch_at`), so the sweep does not revisit a task its worker will claim.
     """
     if t.state != TaskState.PENDING or t.retry_at is None or t.retry_at > now:
         return False
     if not is_live(p, now):
         return False
+    if is_claimed_from_database(p.target):
+        t.retry_at = p.timeout_at
+        t.save(update_fields=["retry_at"])
+        return True
     t.retry_at = later(now, resonate_settings().RETRY_TIMEOUT_MS)
     t.save(update_fields=["retry_at"])
     if p.target:

@@ -9,6 +9,7 @@ from django.urls import URLPattern, path
 from rest_framework.views import APIView
 
 from resonate_project.rest import (
+    djtasks,
     outbox,
     schema,  # noqa: F401  (registers the bearer-token scheme)
     views,
@@ -39,6 +40,10 @@ urlpatterns = [
     path("tasks/<path:id>", views.TaskDetail.as_view(), name="task"),
     *both("schedules", views.ScheduleList, "schedules"),
     path("schedules/<path:id>", views.ScheduleDetail.as_view(), name="schedule"),
+    *both("django-tasks", djtasks.JobList, "django-tasks"),
+    *both("django-tasks/<path:id>/cancel", djtasks.JobCancel, "django-task-cancel"),
+    *both("django-tasks/<path:id>/rerun", djtasks.JobRerun, "django-task-rerun"),
+    path("django-tasks/<path:id>", djtasks.JobDetail.as_view(), name="django-task"),
     *both("outbox", outbox.OutboxList, "outbox"),
     *both("outbox/<path:key>/resend", outbox.OutboxResend, "outbox-resend"),
     path("schema/", SchemaView.as_view(), name="schema"),
