@@ -206,7 +206,7 @@ class TaskAdmin(OperatorAdmin[Task]):
     @admin.display(description="Django task")
     def django_task_view(self, t: Task) -> SafeString | str:
         j = Job.objects.filter(task_id=t.promise_id).first()
-        return EMPTY if j is None else format_html("{} {}", link(j, j.function), j.queue)
+        return EMPTY if j is None else format_html("{} {}", self.link(j, j.function), j.queue)
 
     @admin.display(description="lease expires")
     def lease_view(self, t: Task) -> SafeString | str:
@@ -462,7 +462,9 @@ class JobAdmin(OperatorAdmin[Job]):
 
     @admin.display(description="promise and task")
     def links_view(self, j: Job) -> SafeString:
-        return format_html("{} · {}", link(j.task.promise, "promise"), link(j.task, "task"))
+        return format_html(
+            "{} · {}", self.link(j.task.promise, "promise"), self.link(j.task, "task")
+        )
 
     @admin.display(description="return value")
     def value_view(self, j: Job) -> SafeString | str:
