@@ -1,5 +1,5 @@
-"""Celery interfaces: beat's metronome (``resonate.tick``) and the outbox drain
-(``resonate.drain``). Each reads the clock once and calls one function."""
+"""Celery interfaces: the metronome (``resonate.tick``, sent by beat and planned for the next
+deadline) and the outbox drain (``resonate.drain``). Each calls one function."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from resonate_project.core.conf import resonate_settings
 
 
 @shared_task(name="resonate.tick", ignore_result=True)
-def tick() -> int:
-    """Run every due internal step (skipped while debug.start has paused them)."""
-    return ticker.tick_once()
+def tick(at: int | None = None) -> int:
+    """Run every due internal step (skipped while debug.start has paused them), then plan the
+    tick for the next deadline. ``at``: set on a tick planned for that instant (ms)."""
+    return ticker.celery_tick(at)
 
 
 @shared_task(name="resonate.drain", ignore_result=True)

@@ -1,38 +1,140 @@
-"""The embedded metronome: runs the internal steps every TICK_INTERVAL_MS in a daemon thread of
-the server process, for the one-command server that has no Celery beat."""
+"""The step runner: runs the internal steps when their next deadline comes, and at least every
+TICK_INTERVAL_MS (the safety net for a wake-up that never came).
+
+In the embedded server it is a daemon thread of the server process (:class:`Runner`). It sleeps
+until the earliest deadline the database holds (``engine.steps.next_due``) or the next tick,
+whichever comes first, and a commit that writes an earlier deadline wakes it
+(``engine.wake.deadline``). Under Celery each ``resonate.tick`` (beat's, or one planned for a
+deadline) runs one pass (:func:`celery_tick`) and plans the tick for the next deadline.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.db import close_old_connections
 
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
+from resonate_project.engine import wake
 from resonate_project.engine.debug import paused
-from resonate_project.engine.steps import run_due
+from resonate_project.engine.steps import next_due, run_due
 
 log = logging.getLogger("resonate.ticker")
 
+# A pass that claimed nothing although something was due (another sweeper holds those rows, or
+# the clock went back) waits this long before trying again, instead of spinning.
+STUCK_BACKOFF_MS = 25
+# An early ``resonate.tick`` (its worker's timer fired a little before the instant) waits for it,
+# up to this long.
+EARLY_WAIT_MS = 1000
+NEVER = 2**63  # the runner's wake-up instant while a pass runs: any deadline heard is earlier
+
+
+def run_pass(now: int) -> tuple[int, int | None]:
+    """One pass at ``now``: every due step, then the next deadline (None: none, or paused)."""
+    if paused():
+        return 0, None
+    rows = run_due(now, resonate_settings().STEP_BATCH)
+    return rows, next_due()
+
+
+def next_pass_at(now: int, rows: int, due: int | None) -> int:
+    """When the pass after one at ``now`` (that processed ``rows``) should start."""
+    at = now + resonate_settings().TICK_INTERVAL_MS
+    if due is None:
+        return at
+    if due <= now and rows == 0:
+        due = now + STUCK_BACKOFF_MS
+    return min(at, due)
+
 
 def tick_once() -> int:
-    if paused():
-        return 0
-    return run_due(now_ms(), resonate_settings().STEP_BATCH)
+    """One pass now (``debug``'s and the admin's "run the steps")."""
+    return run_pass(now_ms())[0]
 
 
-def _loop(stop: threading.Event) -> None:
-    while not stop.is_set():
+def celery_tick(at: int | None) -> int:
+    """``resonate.tick``: one pass, then plan the tick for the next deadline if it comes before
+    the next beat tick. ``at``: the instant a planned tick was queued for (None from beat)."""
+    now = now_ms()
+    if at is not None and now < at:
+        time.sleep(min(at - now, EARLY_WAIT_MS) / 1000)
+        now = now_ms()
+    wake.tick_started(now)
+    rows, due = run_pass(now)
+    if due is not None:
+        wake.plan_tick(next_pass_at(now, rows, due), now_ms())
+    return rows
+
+
+class Runner:
+    """The embedded server's step runner thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        # When the next pass starts (ms); a deadline heard earlier than this moves it. During a
+        # pass it is "never", so a deadline committed meanwhile is kept as well.
+        self._wake_at = 0
+
+    def hear(self, at: int) -> None:
+        """``engine.wake``'s deadline subscriber: a commit wrote a deadline ``at``."""
+        with self._lock:
+            if at < self._wake_at:
+                self._wake_at = at
+                self._event.set()
+
+    def stop(self, wait: float = 5.0) -> None:
+        """Stop after the pass under way (waiting for it up to ``wait`` seconds)."""
+        with self._lock:
+            self._stopped = True
+            self._event.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(wait)
+
+    def start(self) -> None:
+        wake.subscribe_deadlines(self.hear)
+        self._thread = threading.Thread(target=self._loop, name="resonate-ticker", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
         try:
-            close_old_connections()
-            tick_once()
-        except Exception:
-            log.exception("internal steps failed; trying again next tick")
-        stop.wait(resonate_settings().TICK_INTERVAL_MS / 1000)
+            while self._sleep():
+                with self._lock:
+                    self._wake_at = NEVER
+                now = now_ms()
+                try:
+                    close_old_connections()
+                    rows, due = run_pass(now)
+                    at = next_pass_at(now, rows, due)
+                except Exception:
+                    log.exception("internal steps failed; trying again next tick")
+                    at = now + resonate_settings().TICK_INTERVAL_MS
+                with self._lock:
+                    self._wake_at = min(self._wake_at, at)
+        finally:
+            wake.unsubscribe_deadlines(self.hear)
+
+    def _sleep(self) -> bool:
+        """Wait until ``_wake_at`` (which a heard deadline may bring forward); False once
+        stopped."""
+        while True:
+            with self._lock:
+                if self._stopped:
+                    return False
+                self._event.clear()
+                left = self._wake_at / 1000 - time.time()
+            if left <= 0:
+                return True
+            self._event.wait(left)
 
 
-def start() -> threading.Event:
-    stop = threading.Event()
-    threading.Thread(target=_loop, args=(stop,), name="resonate-ticker", daemon=True).start()
-    return stop
+def start() -> Runner:
+    runner = Runner()
+    runner.start()
+    return runner

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from django.db import connection
 from opentelemetry import trace
 
 from promises.models import Callback, Listener, Promise, PromiseState
@@ -20,13 +21,13 @@ from resonate_project.core.protocol import promise_record
 from resonate_project.core.schedules import expand
 from resonate_project.core.tags import BRANCH, SCHEDULE
 from resonate_project.core.wire.promises import PromiseCreateReq, Value, later
-from resonate_project.engine import promises, tasks
+from resonate_project.engine import promises, tasks, wake
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.locks import due_tasks_for_update
 from resonate_project.engine.uow import unit_of_work
 from resonate_project.observability import metrics
 from schedules.models import Schedule
-from tasks_app.models import TaskState
+from tasks_app.models import Task, TaskState
 
 
 def promise_timeouts(now: int, limit: int) -> int:
@@ -94,6 +95,7 @@ def schedule_fire(now: int, limit: int) -> int:
                 fired += 1
             s.next_run_at = instant
             s.save(update_fields=["last_run_at", "next_run_at"])
+            wake.deadline(instant, now)
     metrics.record_lag("schedule_fire", now, instants)
     return fired
 
@@ -151,6 +153,40 @@ def retry_dispatch(now: int, limit: int) -> int:
                 tasks.dispatch(task, p, now)
     metrics.record_lag("retry_dispatch", now, deadlines)
     return len(due)
+
+
+# Per deadline kind: the table, its column, the partial index its step sweeps and that index's
+# condition (repeated verbatim: SQLite uses a partial index only for a query implying it).
+_DEADLINES = (
+    (Promise, "timeout_at", "promise_armed_timeout", '"external" AND "state" = \'pending\''),
+    (Schedule, "next_run_at", "schedule_due", ""),
+    (Task, "expires_at", "task_due_lease", "\"state\" = 'acquired'"),
+    (Task, "retry_at", "task_due_retry", "\"state\" = 'pending'"),
+)
+
+
+def next_due() -> int | None:
+    """The earliest deadline any step waits for (R1 timeout, R7 next run, R5 lease expiry, R6
+    retry), or None: the first entry of each partial index the steps sweep, in one statement of
+    four ``ORDER BY … LIMIT 1`` subqueries, so one index probe per kind whatever the table sizes.
+    (SQLite's planner, without statistics, prefers ``promise_state_id`` and sorts every pending
+    promise: there the index is named.) The drains (R3, R4) have no deadline: their rows are
+    ready at once and run inline."""
+    qn = connection.ops.quote_name
+    sqlite = connection.vendor == "sqlite"
+    heads = []
+    for model, column, index, condition in _DEADLINES:
+        hint = f" INDEXED BY {qn(index)}" if sqlite else ""
+        where = " AND ".join(c for c in (condition, f"{qn(column)} IS NOT NULL") if c)
+        heads.append(
+            f"(SELECT {qn(column)} FROM {qn(model._meta.db_table)}{hint} WHERE {where} "
+            f"ORDER BY {qn(column)} LIMIT 1)"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(heads)}")
+        row = cursor.fetchone()
+    found = [at for at in row if at is not None]
+    return min(found) if found else None
 
 
 Step = Callable[[int, int], int]
