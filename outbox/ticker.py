@@ -4,8 +4,10 @@ TICK_INTERVAL_MS (the safety net for a wake-up that never came).
 In the embedded server it is a daemon thread of the server process (:class:`Runner`). It sleeps
 until the earliest deadline the database holds (``engine.steps.next_due``) or the next tick,
 whichever comes first, and a commit that writes an earlier deadline wakes it
-(``engine.wake.deadline``). Under Celery each ``resonate.tick`` (beat's, or one planned for a
-deadline) runs one pass (:func:`celery_tick`) and plans the tick for the next deadline.
+(``engine.wake.deadline``). A tick runs every step; a deadline runs only the steps that are due,
+so a timer's settlement is not queued behind steps with nothing to do. Under Celery each
+``resonate.tick`` (beat's, or one planned for a deadline) runs one pass (:func:`celery_tick`) and
+plans the tick for the next deadline.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
 from resonate_project.engine import wake
 from resonate_project.engine.debug import paused
-from resonate_project.engine.steps import next_due, run_due
+from resonate_project.engine.steps import next_due, run_deadlines, run_due
 
 log = logging.getLogger("resonate.ticker")
 
@@ -33,22 +35,24 @@ EARLY_WAIT_MS = 1000
 NEVER = 2**63  # the runner's wake-up instant while a pass runs: any deadline heard is earlier
 
 
-def run_pass(now: int) -> tuple[int, int | None]:
-    """One pass at ``now``: every due step, then the next deadline (None: none, or paused)."""
+def run_pass(now: int, full: bool = True) -> tuple[int, int | None]:
+    """One pass at ``now``: every step (``full``), or only those whose deadline has come; then
+    the next deadline (None: none, or paused)."""
     if paused():
         return 0, None
-    rows = run_due(now, resonate_settings().STEP_BATCH)
+    batch = resonate_settings().STEP_BATCH
+    rows = run_due(now, batch) if full else run_deadlines(now, batch)
     return rows, next_due()
 
 
-def next_pass_at(now: int, rows: int, due: int | None) -> int:
-    """When the pass after one at ``now`` (that processed ``rows``) should start."""
-    at = now + resonate_settings().TICK_INTERVAL_MS
+def next_pass_at(now: int, rows: int, due: int | None, tick_at: int) -> int:
+    """When the pass after one at ``now`` (that processed ``rows``) should start: at the next
+    deadline ``due``, or at the next tick ``tick_at`` if that comes first."""
     if due is None:
-        return at
+        return tick_at
     if due <= now and rows == 0:
         due = now + STUCK_BACKOFF_MS
-    return min(at, due)
+    return min(tick_at, due)
 
 
 def tick_once() -> int:
@@ -58,15 +62,17 @@ def tick_once() -> int:
 
 def celery_tick(at: int | None) -> int:
     """``resonate.tick``: one pass, then plan the tick for the next deadline if it comes before
-    the next beat tick. ``at``: the instant a planned tick was queued for (None from beat)."""
+    the next beat tick. ``at``: the instant a planned tick was queued for (None from beat, whose
+    ticks run every step; a planned tick runs the steps that are due)."""
     now = now_ms()
     if at is not None and now < at:
         time.sleep(min(at - now, EARLY_WAIT_MS) / 1000)
         now = now_ms()
     wake.tick_started(now)
-    rows, due = run_pass(now)
+    rows, due = run_pass(now, full=at is None)
     if due is not None:
-        wake.plan_tick(next_pass_at(now, rows, due), now_ms())
+        tick = resonate_settings().TICK_INTERVAL_MS
+        wake.plan_tick(next_pass_at(now, rows, due, now + tick), now_ms())
     return rows
 
 
@@ -103,18 +109,22 @@ class Runner:
         self._thread.start()
 
     def _loop(self) -> None:
+        tick_at = 0  # the next full pass: every step, whether or not a deadline is known
         try:
             while self._sleep():
                 with self._lock:
                     self._wake_at = NEVER
                 now = now_ms()
+                full = now >= tick_at
+                if full:
+                    tick_at = now + resonate_settings().TICK_INTERVAL_MS
                 try:
                     close_old_connections()
-                    rows, due = run_pass(now)
-                    at = next_pass_at(now, rows, due)
+                    rows, due = run_pass(now, full)
+                    at = next_pass_at(now, rows, due, tick_at)
                 except Exception:
                     log.exception("internal steps failed; trying again next tick")
-                    at = now + resonate_settings().TICK_INTERVAL_MS
+                    at = tick_at
                 with self._lock:
                     self._wake_at = min(self._wake_at, at)
         finally:

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from outbox import ticker
-from promises.models import Promise
+from promises.models import Listener, Promise
 from resonate_project.core.clock import now_ms
 from resonate_project.core.signals import promise_settled
 from resonate_project.engine import wake
@@ -151,29 +151,42 @@ def test_a_short_retry_and_short_leases_wake_the_runner(api: Api, heard: list[in
 
 # --- the runner plans its next pass --------------------------------------------------------------
 
+TICK_AT = 61_000  # the next full pass after one at 1,000 with the minute's tick
+
 
 @override_settings(RESONATE=LONG_TICK)
 def test_a_timer_due_in_300_ms_fires_at_its_deadline_not_at_the_tick(api: Api) -> None:
     create(api, "t", 1_300, TIMER)
     rows, due = ticker.run_pass(1_000)
     assert (rows, due) == (0, 1_300)
-    wake_at = ticker.next_pass_at(1_000, rows, due)
+    wake_at = ticker.next_pass_at(1_000, rows, due, TICK_AT)
     assert wake_at == 1_300  # not 61,000
-    ticker.run_pass(wake_at)
+    assert ticker.run_pass(wake_at, full=False) == (1, None)
     assert Promise.objects.get(id="t").state == "resolved"
 
 
 @override_settings(RESONATE=LONG_TICK)
-def test_with_nothing_armed_the_runner_waits_one_tick(api: Api) -> None:
+def test_with_nothing_armed_the_runner_waits_for_the_tick(api: Api) -> None:
     rows, due = ticker.run_pass(1_000)
-    assert ticker.next_pass_at(1_000, rows, due) == 61_000
+    assert ticker.next_pass_at(1_000, rows, due, TICK_AT) == TICK_AT
 
 
 def test_rows_due_that_a_pass_could_not_claim_are_retried_after_a_pause_not_at_once() -> None:
     # Another sweeper holds them (SKIP LOCKED): no busy loop.
-    assert ticker.next_pass_at(1_000, 0, 900) == 1_000 + ticker.STUCK_BACKOFF_MS
+    assert ticker.next_pass_at(1_000, 0, 900, TICK_AT) == 1_000 + ticker.STUCK_BACKOFF_MS
     # A pass that did work and left due rows (they came due meanwhile) goes again at once.
-    assert ticker.next_pass_at(1_000, 3, 900) == 900
+    assert ticker.next_pass_at(1_000, 3, 900, TICK_AT) == 900
+
+
+@override_settings(RESONATE=LONG_TICK)
+def test_a_deadline_pass_runs_only_the_steps_that_are_due(api: Api) -> None:
+    create(api, "t", 1_300, TIMER)
+    create(api, "queued", FAR, TARGET)  # offered again at 6,000
+    Listener.objects.create(awaited=Promise.objects.get(id="queued"), address="x", ready=True)
+    assert ticker.run_pass(1_300, full=False) == (1, 6_000)  # the timer only
+    assert Listener.objects.filter(ready=True).exists()  # the drain waits for the tick
+    assert ticker.run_pass(1_400, full=True)[0] == 1
+    assert not Listener.objects.exists()
 
 
 # --- the runner thread ---------------------------------------------------------------------------
