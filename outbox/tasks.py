@@ -4,6 +4,7 @@ deadline) and the outbox drain (``resonate.drain``). Each calls one function."""
 from __future__ import annotations
 
 from celery import shared_task
+from django.db import close_old_connections
 
 from outbox import push, ticker
 from resonate_project.core.conf import resonate_settings
@@ -13,6 +14,7 @@ from resonate_project.core.conf import resonate_settings
 def tick(at: int | None = None) -> int:
     """Run every due internal step (skipped while debug.start has paused them), then plan the
     tick for the next deadline. ``at``: set on a tick planned for that instant (ms)."""
+    close_old_connections()  # drop a connection that failed (CELERY_DB_REUSE_MAX keeps them)
     return ticker.celery_tick(at)
 
 
@@ -20,4 +22,5 @@ def tick(at: int | None = None) -> int:
 def drain() -> int:
     """Push every due http(s) message; SSE messages are delivered by the web process that holds
     the stream."""
+    close_old_connections()
     return push.drain_push(resonate_settings().DRAIN_BATCH)
