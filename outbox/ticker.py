@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import close_old_connections
 
@@ -35,13 +36,17 @@ EARLY_WAIT_MS = 1000
 NEVER = 2**63  # the runner's wake-up instant while a pass runs: any deadline heard is earlier
 
 
-def run_pass(now: int, full: bool = True) -> tuple[int, int | None]:
+def run_pass(
+    now: int, full: bool = True, before_planning: Callable[[], None] | None = None
+) -> tuple[int, int | None]:
     """One pass at ``now``: every step (``full``), or only those whose deadline has come; then
-    the next deadline (None: none, or paused)."""
+    the next deadline (None: none, or paused). ``before_planning`` runs between the two."""
     if paused():
         return 0, None
     batch = resonate_settings().STEP_BATCH
     rows = run_due(now, batch) if full else run_deadlines(now, batch)
+    if before_planning is not None:
+        before_planning()
     return rows, next_due()
 
 
@@ -68,8 +73,10 @@ def celery_tick(at: int | None) -> int:
     if at is not None and now < at:
         time.sleep(min(at - now, EARLY_WAIT_MS) / 1000)
         now = now_ms()
-    wake.tick_started(now)
-    rows, due = run_pass(now, full=at is None)
+    # The plan for this tick is spent before the next deadline is read (so a deadline committed
+    # meanwhile is either seen by that read or plans its own tick), but after the steps: the Redis
+    # round trip stays off the critical path of the timers due now.
+    rows, due = run_pass(now, full=at is None, before_planning=lambda: wake.tick_started(now))
     if due is not None:
         tick = resonate_settings().TICK_INTERVAL_MS
         wake.plan_tick(next_pass_at(now, rows, due, now + tick), now_ms())
