@@ -60,11 +60,6 @@ def next_pass_at(now: int, rows: int, due: int | None, tick_at: int) -> int:
     return min(tick_at, due)
 
 
-def tick_once() -> int:
-    """One pass now (``debug``'s and the admin's "run the steps")."""
-    return run_pass(now_ms())[0]
-
-
 def celery_tick(at: int | None) -> int:
     """``resonate.tick``: one pass, then plan the tick for the next deadline if it comes before
     the next beat tick. ``at``: the instant a planned tick was queued for (None from beat, whose
