@@ -30,8 +30,8 @@ log = logging.getLogger("resonate.ticker")
 # A pass that claimed nothing although something was due (another sweeper holds those rows, or
 # the clock went back) waits this long before trying again, instead of spinning.
 STUCK_BACKOFF_MS = 25
-# An early ``resonate.tick`` (its worker's timer fired a little before the instant) waits for it,
-# up to this long.
+# A planned ``resonate.tick`` that starts before its instant (it is queued a little ahead) waits
+# for it, up to this long.
 EARLY_WAIT_MS = 1000
 NEVER = 2**63  # the runner's wake-up instant while a pass runs: any deadline heard is earlier
 
@@ -64,10 +64,11 @@ def celery_tick(at: int | None) -> int:
     """``resonate.tick``: one pass, then plan the tick for the next deadline if it comes before
     the next beat tick. ``at``: the instant a planned tick was queued for (None from beat, whose
     ticks run every step; a planned tick runs the steps that are due)."""
+    if at is not None:  # queued a little ahead of its instant (wake.PLAN_LEAD_MS)
+        early = at / 1000 - time.time()
+        if early > 0:
+            time.sleep(min(early, EARLY_WAIT_MS / 1000))
     now = now_ms()
-    if at is not None and now < at:
-        time.sleep(min(at - now, EARLY_WAIT_MS) / 1000)
-        now = now_ms()
     # The plan for this tick is spent before the next deadline is read (so a deadline committed
     # meanwhile is either seen by that read or plans its own tick), but after the steps: the Redis
     # round trip stays off the critical path of the timers due now.

@@ -172,6 +172,7 @@ local cur = redis.call('GET', KEYS[1])
 if cur and tonumber(cur) <= tonumber(ARGV[1]) then redis.call('DEL', KEYS[1]) end
 return 0
 """
+PLAN_LEAD_MS = 5
 _planned_here: list[int] = []  # without Redis: this process's planned instant, if any
 _planned_lock = threading.Lock()
 
@@ -201,7 +202,9 @@ def plan_tick(at: int, now: int) -> None:
     try:
         if not _claim_plan(at, now):
             return
-        eta = datetime.datetime.fromtimestamp(at / 1000, datetime.UTC)
+        # Sent a little early: the worker's timer and its hand-off to a pool process take a few
+        # ms, and the task waits out what is left of them (outbox.ticker.celery_tick).
+        eta = datetime.datetime.fromtimestamp((at - PLAN_LEAD_MS) / 1000, datetime.UTC)
         expires = eta + datetime.timedelta(milliseconds=resonate_settings().TICK_INTERVAL_MS)
         celery_app().send_task(TICK_TASK, kwargs={"at": at}, eta=eta, expires=expires)
     except Exception as exc:  # the next beat tick does the work, a tick late
