@@ -32,7 +32,7 @@ def _push_loop(wake: threading.Event, stop: threading.Event) -> None:
 
 def start() -> Callable[[], None]:
     """Starts the ticker and the push thread; returns what stops both (between batches)."""
-    stop_ticker = ticker.start()
+    runner = ticker.start()
     wake = threading.Event()
     stop = threading.Event()
 
@@ -46,7 +46,7 @@ def start() -> Callable[[], None]:
     ).start()
 
     def stop_all() -> None:
-        stop_ticker.set()
+        runner.stop()
         stop.set()
         wake.set()
         notify.unsubscribe(on_commit)

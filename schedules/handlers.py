@@ -18,6 +18,7 @@ from resonate_project.core.wire.schedules import (
     ScheduleSearchReq,
 )
 from resonate_project.engine import promises as transitions
+from resonate_project.engine import wake
 from resonate_project.engine.search import search
 from resonate_project.engine.uow import unit_of_work
 from schedules.models import Schedule
@@ -61,7 +62,9 @@ def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
             created_at=now,
             next_run_at=cron.next_after(req.cron, now),
         )
-        if not transitions.insert(s):
+        if transitions.insert(s):
+            wake.deadline(s.next_run_at, now)
+        else:
             s = Schedule.objects.get(id=req.id)
         return ok({"schedule": schedule_record(s)})
 

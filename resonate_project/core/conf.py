@@ -40,7 +40,9 @@ class ResonateSettings:
     SCHEDULE_CATCHUP_BATCH: int = 100
     # Put into the head of every execute message as serverUrl.
     SERVER_URL: str = ""
-    # How often the internal steps run (beat in production, a thread in the embedded server).
+    # How often every internal step runs at the latest (beat in production, a thread in the
+    # embedded server); a deadline sooner than the next tick wakes the runner for it (README
+    # "Time").
     TICK_INTERVAL_MS: int = 1000
     # Outbox delivery (see outbox/). Messages claimed per drain transaction.
     DRAIN_BATCH: int = 100

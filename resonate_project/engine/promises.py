@@ -12,7 +12,7 @@ from promises.models import Callback, Listener, Promise, PromiseState
 from resonate_project.core import tags as T
 from resonate_project.core.protocol import is_live, promise_record, timeout_verdict
 from resonate_project.core.wire.promises import PromiseCreateReq, Value
-from resonate_project.engine import outbox
+from resonate_project.engine import outbox, wake
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.tasks import born_fulfilled, born_pending, fulfil, resume
 from tasks_app.models import Task
@@ -78,6 +78,8 @@ def create_with_task(req: PromiseCreateReq, now: int, fx: Effects) -> Promise | 
     p = new_promise(req, now)
     if not insert(p):
         return None
+    if p.external and p.state == PromiseState.PENDING:  # R1 arms its deadline (C1)
+        wake.deadline(p.timeout_at, now)
     if p.target is not None:
         if p.state == PromiseState.PENDING:
             born_pending(p, now, fx)

@@ -9,8 +9,9 @@ armed timer means not before").
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from django.db import connection
 from opentelemetry import trace
 
 from promises.models import Callback, Listener, Promise, PromiseState
@@ -20,13 +21,13 @@ from resonate_project.core.protocol import promise_record
 from resonate_project.core.schedules import expand
 from resonate_project.core.tags import BRANCH, SCHEDULE
 from resonate_project.core.wire.promises import PromiseCreateReq, Value, later
-from resonate_project.engine import promises, tasks
+from resonate_project.engine import promises, tasks, wake
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.locks import due_tasks_for_update
 from resonate_project.engine.uow import unit_of_work
 from resonate_project.observability import metrics
 from schedules.models import Schedule
-from tasks_app.models import TaskState
+from tasks_app.models import Task, TaskState
 
 
 def promise_timeouts(now: int, limit: int) -> int:
@@ -94,6 +95,7 @@ def schedule_fire(now: int, limit: int) -> int:
                 fired += 1
             s.next_run_at = instant
             s.save(update_fields=["last_run_at", "next_run_at"])
+            wake.deadline(instant, now)
     metrics.record_lag("schedule_fire", now, instants)
     return fired
 
@@ -153,6 +155,45 @@ def retry_dispatch(now: int, limit: int) -> int:
     return len(due)
 
 
+# Per step with a deadline: the table, its column, the partial index the step sweeps and that
+# index's condition (repeated verbatim: SQLite uses a partial index only for a query implying it).
+_ARMED = '"external" AND "state" = \'pending\''  # promise_armed_timeout's condition
+_DEADLINES = (
+    (promise_timeouts, Promise, "timeout_at", "promise_armed_timeout", _ARMED),
+    (schedule_fire, Schedule, "next_run_at", "schedule_due", ""),
+    (lease_expiry, Task, "expires_at", "task_due_lease", "\"state\" = 'acquired'"),
+    (retry_dispatch, Task, "retry_at", "task_due_retry", "\"state\" = 'pending'"),
+)
+
+
+def due_heads() -> dict[Callable[[int, int], int], int]:
+    """The earliest deadline each step with deadlines waits for (R1 timeout, R7 next run, R5 lease
+    expiry, R6 retry); a step with none is absent. One statement of four ``ORDER BY … LIMIT 1``
+    subqueries, each reading the first entry of the partial index its step sweeps: one index probe
+    per kind whatever the table sizes. (SQLite's planner, without statistics, would rather use
+    ``promise_state_id`` and sort every pending promise: there the index is named.) The drains
+    (R3, R4) have no deadline: their rows are ready at once, and run inline."""
+    qn = connection.ops.quote_name
+    sqlite = connection.vendor == "sqlite"
+    heads = []
+    for _, model, column, index, condition in _DEADLINES:
+        hint = f" INDEXED BY {qn(index)}" if sqlite else ""
+        where = " AND ".join(c for c in (condition, f"{qn(column)} IS NOT NULL") if c)
+        heads.append(
+            f"(SELECT {qn(column)} FROM {qn(model._meta.db_table)}{hint} WHERE {where} "
+            f"ORDER BY {qn(column)} LIMIT 1)"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(heads)}")
+        row = cursor.fetchone()
+    return {d[0]: at for d, at in zip(_DEADLINES, row, strict=True) if at is not None}
+
+
+def next_due() -> int | None:
+    """The earliest deadline of any step, or None."""
+    return min(due_heads().values(), default=None)
+
+
 Step = Callable[[int, int], int]
 STEPS: tuple[Step, ...] = (
     promise_timeouts,
@@ -168,18 +209,27 @@ STEPS: tuple[Step, ...] = (
 _tracer = trace.get_tracer("resonate.steps")
 
 
-def run_due(now: int, limit: int) -> int:
-    """Run every internal step until none finds a full batch; returns the rows processed."""
+def run_due(now: int, limit: int, steps: Sequence[Step] = STEPS) -> int:
+    """Run the internal steps (all, or ``steps``) until none finds a full batch; returns the rows
+    processed."""
     # One trace per tick: its steps, and their queries, are children rather than traces each.
     with _tracer.start_as_current_span("resonate tick") as span:
-        total = _run_steps(now, limit)
+        total = _run_steps(now, limit, steps)
         span.set_attribute("resonate.rows", total)
         return total
 
 
-def _run_steps(now: int, limit: int) -> int:
+def run_deadlines(now: int, limit: int) -> int:
+    """Run just the steps whose earliest deadline has come (a pass woken by a deadline: the frame
+    a timer's awaiter waits for is not held up behind steps with nothing to do)."""
+    heads = due_heads()
+    steps = [step for step in STEPS if heads.get(step, now + 1) <= now]
+    return run_due(now, limit, steps) if steps else 0
+
+
+def _run_steps(now: int, limit: int, steps: Sequence[Step]) -> int:
     total = 0
-    for step in STEPS:
+    for step in steps:
         while True:
             started = time.perf_counter()
             with _tracer.start_as_current_span(f"resonate step {step.__name__}") as span:

@@ -14,7 +14,7 @@ from resonate_project.core.addresses import is_claimed_from_database
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import is_live, viewed_task_state
 from resonate_project.core.wire.promises import later
-from resonate_project.engine import outbox
+from resonate_project.engine import outbox, wake
 from tasks_app.models import Task, TaskState
 
 if TYPE_CHECKING:
@@ -44,19 +44,23 @@ def born_pending(p: Promise, now: int, fx: Effects) -> Task:
     task = Task(promise=p, state=TaskState.PENDING, version=0, retry_at=first_dispatch_at(p, now))
     task.save(force_insert=True)
     fx.became_pending(task, p)
+    if task.retry_at is not None and task.retry_at > now:  # a delay, or a timer's deadline
+        wake.deadline(task.retry_at, now)
     return task
 
 
 def born_acquired(p: Promise, pid: str, ttl: int, now: int) -> Task:
+    expires_at = later(now, ttl)
     task = Task(
         promise=p,
         state=TaskState.ACQUIRED,
         version=1,
         pid=pid,
         ttl=ttl,
-        expires_at=later(now, ttl),
+        expires_at=expires_at,
     )
     task.save(force_insert=True)
+    wake.deadline(min(expires_at, p.timeout_at), now)  # the promise was born in this transaction
     return task
 
 
@@ -69,10 +73,12 @@ def born_fulfilled(p: Promise) -> Task:
 def acquire(t: Task, pid: str, ttl: int, now: int) -> None:
     t.state = TaskState.ACQUIRED
     t.version += 1
-    t.pid, t.ttl, t.expires_at = pid, ttl, later(now, ttl)
+    expires_at = later(now, ttl)
+    t.pid, t.ttl, t.expires_at = pid, ttl, expires_at
     t.retry_at = None
     t.resumes = []
     t.save(update_fields=[*_LEASE_FIELDS, "version"])
+    wake.deadline(expires_at, now)
 
 
 def make_pending(t: Task, p: Promise, now: int, fx: Effects) -> None:
@@ -107,8 +113,10 @@ def halt(t: Task) -> None:
 
 def extend_lease(t: Task, now: int) -> None:
     assert t.ttl is not None
-    t.expires_at = later(now, t.ttl)
+    expires_at = later(now, t.ttl)
+    t.expires_at = expires_at
     t.save(update_fields=["expires_at"])
+    wake.deadline(expires_at, now)
 
 
 def resume(t: Task, p: Promise, awaited_id: str, now: int, fx: Effects) -> None:
@@ -146,8 +154,10 @@ def dispatch(t: Task, p: Promise, now: int) -> bool:
         t.retry_at = p.timeout_at
         t.save(update_fields=["retry_at"])
         return True
-    t.retry_at = later(now, resonate_settings().RETRY_TIMEOUT_MS)
+    retry_at = later(now, resonate_settings().RETRY_TIMEOUT_MS)
+    t.retry_at = retry_at
     t.save(update_fields=["retry_at"])
+    wake.deadline(retry_at, now)
     if p.target:
         outbox.execute(p.id, t.version, p.target, now)
     return True

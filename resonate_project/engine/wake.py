@@ -1,14 +1,22 @@
-"""Wake-ups after a commit that wrote outbox rows.
+"""Wake-ups after a commit that wrote outbox rows, or an early deadline.
 
 The database is the source of truth; a wake-up only says "look now". In-process subscribers (the
 SSE hub, the embedded push thread) are called directly. Other processes hear through Redis
 pub/sub when a Redis URL is configured, and the Celery worker gets a ``resonate.drain`` task when
 push messages were written. A lost wake-up only costs latency: the periodic drain and the hub's
 fallback poll find every row.
+
+Deadlines (a promise timeout, a task's retry or lease expiry, a schedule's next run) work the same
+way: a commit that writes one sooner than the next tick (``TICK_INTERVAL_MS``) tells the
+in-process step runner (``outbox.ticker``), which then sleeps only until it, and with Celery
+queues one ``resonate.tick`` for that instant (:func:`plan_tick`; at most one planned tick per
+database, earliest first). A later deadline needs no wake-up: the runner looks again within a
+tick anyway. A lost one costs at most a tick.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
@@ -26,28 +34,53 @@ from resonate_project.core.conf import resonate_settings
 log = logging.getLogger("resonate.notify")
 
 DRAIN_TASK = "resonate.drain"
+TICK_TASK = "resonate.tick"
 _subscribers: list[Callable[[bool], None]] = []
+_deadline_subscribers: list[Callable[[int], None]] = []
 
 
 class _Kick:
-    """One per transaction: registered on commit the first time a row is upserted."""
+    """One per transaction: registered on commit the first time a row is upserted or an early
+    deadline written."""
 
     def __init__(self) -> None:
+        self.outbox = False
         self.push = False
+        self.due_at: int | None = None
+        self.now = 0
 
     def __call__(self) -> None:
-        kick(push=self.push)
+        if self.outbox:
+            kick(push=self.push)
+        if self.due_at is not None:
+            deadline_kick(self.due_at, self.now)
 
 
-def after_commit(push: bool) -> None:
+def _kick() -> _Kick:
+    """This transaction's wake-up, registered on commit the first time it is asked for."""
     for entry in connection.run_on_commit:
         func = entry[1]
         if isinstance(func, _Kick):
-            func.push |= push
-            return
+            return func
     k = _Kick()
-    k.push = push
     transaction.on_commit(k)
+    return k
+
+
+def after_commit(push: bool) -> None:
+    k = _kick()
+    k.outbox = True
+    k.push |= push
+
+
+def deadline(at: int, now: int) -> None:
+    """A deadline at ``at`` was written (in the current transaction): if it falls before the next
+    tick, wake the step runner for it once the transaction commits."""
+    if at >= now + resonate_settings().TICK_INTERVAL_MS:
+        return  # the runner looks again before then
+    k = _kick()
+    if k.due_at is None or at < k.due_at:
+        k.due_at, k.now = at, now
 
 
 def subscribe(callback: Callable[[bool], None]) -> None:
@@ -58,6 +91,17 @@ def subscribe(callback: Callable[[bool], None]) -> None:
 def unsubscribe(callback: Callable[[bool], None]) -> None:
     if callback in _subscribers:
         _subscribers.remove(callback)
+
+
+def subscribe_deadlines(callback: Callable[[int], None]) -> None:
+    """``callback(at)`` runs in the committing thread after a commit that wrote a deadline
+    ``at`` earlier than the next tick (the in-process step runner)."""
+    _deadline_subscribers.append(callback)
+
+
+def unsubscribe_deadlines(callback: Callable[[int], None]) -> None:
+    if callback in _deadline_subscribers:
+        _deadline_subscribers.remove(callback)
 
 
 def celery_enabled() -> bool:
@@ -103,6 +147,81 @@ def kick(push: bool) -> None:
             celery_app().send_task(DRAIN_TASK, expires=60)
         except Exception as exc:
             log.warning("could not queue resonate.drain: %s", exc)
+
+
+def deadline_kick(at: int, now: int) -> None:
+    for callback in list(_deadline_subscribers):
+        callback(at)
+    if celery_enabled():
+        plan_tick(at, now)
+
+
+# --- one planned resonate.tick per database (Celery) ---------------------------------------------
+
+# Set the planned instant unless an earlier (or the same) one is planned. The key lives past the
+# instant by two ticks at most: a planned tick that was lost blocks no plan for longer.
+_PLAN = """
+local cur = redis.call('GET', KEYS[1])
+if cur and tonumber(cur) <= tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+# A tick starting at ``now`` consumes every plan for ``now`` or before.
+_CONSUME = """
+local cur = redis.call('GET', KEYS[1])
+if cur and tonumber(cur) <= tonumber(ARGV[1]) then redis.call('DEL', KEYS[1]) end
+return 0
+"""
+PLAN_LEAD_MS = 5
+_planned_here: list[int] = []  # without Redis: this process's planned instant, if any
+_planned_lock = threading.Lock()
+
+
+def plan_key() -> str:
+    return f"resonate:tick:{settings.DATABASES[DEFAULT_DB_ALIAS]['NAME']}"
+
+
+def _claim_plan(at: int, now: int) -> bool:
+    """True if no tick at or before ``at`` is planned yet (and ``at`` is now the plan)."""
+    tick = resonate_settings().TICK_INTERVAL_MS
+    if redis_url():
+        ttl = max(at - now, 0) + 2 * tick
+        return bool(_publisher().eval(_PLAN, 1, plan_key(), at, ttl))
+    with _planned_lock:
+        if _planned_here and now < _planned_here[0] <= at:
+            return False
+        _planned_here[:] = [at]
+        return True
+
+
+def plan_tick(at: int, now: int) -> None:
+    """Queue ``resonate.tick`` for ``at`` (ms) unless a tick at or before it is planned already;
+    beat's ticks remain the safety net. ``now``: the caller's clock reading."""
+    if at >= now + resonate_settings().TICK_INTERVAL_MS:
+        return
+    try:
+        if not _claim_plan(at, now):
+            return
+        # Sent a little early: the worker's timer and its hand-off to a pool process take a few
+        # ms, and the task waits out what is left of them (outbox.ticker.celery_tick).
+        eta = datetime.datetime.fromtimestamp((at - PLAN_LEAD_MS) / 1000, datetime.UTC)
+        expires = eta + datetime.timedelta(milliseconds=resonate_settings().TICK_INTERVAL_MS)
+        celery_app().send_task(TICK_TASK, kwargs={"at": at}, eta=eta, expires=expires)
+    except Exception as exc:  # the next beat tick does the work, a tick late
+        log.warning("could not plan resonate.tick: %s", exc)
+
+
+def tick_started(now: int) -> None:
+    """A tick runs at ``now``: every tick planned for ``now`` or before is spent."""
+    if redis_url():
+        try:
+            _publisher().eval(_CONSUME, 1, plan_key(), now)
+        except Exception as exc:
+            log.warning("could not update the planned tick: %s", exc)
+        return
+    with _planned_lock:
+        if _planned_here and _planned_here[0] <= now:
+            _planned_here.clear()
 
 
 def listen(callback: Callable[[bool], None]) -> None:
