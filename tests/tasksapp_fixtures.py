@@ -76,6 +76,11 @@ def elsewhere() -> str:
     return "other queue"
 
 
+@task(queue_name="emails")
+def receipt(order: int) -> str:
+    return f"receipt for order {order}"
+
+
 @task
 async def coroutine(x: int) -> int:
     return x * 2

@@ -334,3 +334,26 @@ def test_an_sdk_program_awaits_a_django_task(
     value, error = json.loads(line.group(1))
     assert value == {"value": 42}
     assert "no such order" in error["error"]
+
+
+def readme_worker_command() -> list[str]:
+    """README "Django Tasks backend"'s worker command, as shown."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Django Tasks backend") : text.index("## Conformance")]
+    found = re.search(r"^(python manage\.py resonate worker[^#\n]*)", section, re.M)
+    assert found, "README shows no worker command"
+    return found.group(1).split()
+
+
+def test_the_readme_worker_command_runs_its_queue_only(
+    database: Database, driver: Driver, workers: list[Proc]
+) -> None:
+    argv = readme_worker_command()
+    assert argv[:4] == ["python", "manage.py", "resonate", "worker"]
+    assert argv[4:] == ["--queue", "emails", "--concurrency", "4"]
+    start_worker(database, workers, *argv[4:])
+    other = driver.enqueue("elsewhere")
+    id = driver.enqueue("receipt", 7)
+    result = driver.wait(id, "SUCCESSFUL", workers=workers)
+    assert result["return_value"] == "receipt for order 7"
+    assert driver.result(other)["status"] == "READY"  # queue "other" is not this worker's
