@@ -5,6 +5,7 @@ used."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -49,23 +50,24 @@ def require_services() -> None:
         pytest.skip(f"PostgreSQL/Redis unreachable: {exc}")
 
 
-@pytest.fixture(scope="session")
-def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+@contextlib.contextmanager
+def production_stack(logdir: Path, extra: dict[str, str], *, beat: bool) -> Iterator[Stack]:
+    """The production shape on a fresh PostgreSQL database and a flushed Redis: a web process
+    (``--no-embedded``), a Celery worker and, with ``beat``, Celery beat; dropped afterwards."""
     require_services()
-    logdir: Path = tmp_path_factory.mktemp("production")
     name = create_pg_database()
     stack = None
     try:
         flush_redis()
-        # One push at a time, so a worker killed mid-drain provably leaves undelivered messages.
-        env = base_env(PG_URL.format(name=name), REDIS_URL, {"RESONATE_PUSH_CONCURRENCY": "1"})
+        env = base_env(PG_URL.format(name=name), REDIS_URL, extra)
         migrate(env)
         stack = Stack(
             "production", f"http://127.0.0.1:{free_port()}", env, logdir, Outbox(pg_name=name)
         )
         stack.start_web("--no-embedded")
         stack.start_worker()
-        stack.start_beat()
+        if beat:
+            stack.start_beat()
         yield stack
     finally:
         if stack is not None:
@@ -73,12 +75,11 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         drop_pg_database(name)
 
 
-@pytest.fixture(scope="session")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    logdir: Path = tmp_path_factory.mktemp("embedded")
+@contextlib.contextmanager
+def embedded_stack(logdir: Path, extra: dict[str, str]) -> Iterator[Stack]:
+    """The embedded shape on a fresh SQLite file: one ``serve`` process runs everything."""
     db = logdir / "resonate.sqlite3"
-    credentials = json.dumps({"127.0.0.1": f"Bearer {PUSH_TOKEN}"})
-    env = base_env(f"sqlite:///{db}", None, {"RESONATE_PUSH_CREDENTIALS": credentials})
+    env = base_env(f"sqlite:///{db}", None, extra)
     migrate(env)
     stack = Stack(
         "embedded", f"http://127.0.0.1:{free_port()}", env, logdir, Outbox(sqlite_path=db)
@@ -88,6 +89,22 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         yield stack
     finally:
         stack.stop()
+
+
+@pytest.fixture(scope="session")
+def production(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # One push at a time, so a worker killed mid-drain provably leaves undelivered messages.
+    extra = {"RESONATE_PUSH_CONCURRENCY": "1"}
+    with production_stack(tmp_path_factory.mktemp("production"), extra, beat=True) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="session")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    credentials = json.dumps({"127.0.0.1": f"Bearer {PUSH_TOKEN}"})
+    extra = {"RESONATE_PUSH_CREDENTIALS": credentials}
+    with embedded_stack(tmp_path_factory.mktemp("embedded"), extra) as stack:
+        yield stack
 
 
 @pytest.fixture(params=["production", "embedded"])

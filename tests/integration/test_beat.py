@@ -10,19 +10,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from .conftest import require_services
+from .conftest import production_stack, require_services
 from .harness import (
     CELERY,
     PG_URL,
     REDIS_URL,
     ROOT,
-    Outbox,
     Stack,
     base_env,
-    create_pg_database,
-    drop_pg_database,
-    flush_redis,
-    free_port,
     migrate,
     now_ms,
     spawn,
@@ -40,21 +35,8 @@ DATABASE_SCHEDULER = ["-S", "django_celery_beat.schedulers:DatabaseScheduler"]
 @pytest.fixture
 def shape(tmp_path: Path) -> Iterator[Stack]:
     """PostgreSQL, Redis, a web process and a Celery worker; each test starts beat its way."""
-    require_services()
-    name = create_pg_database()
-    stack = None
-    try:
-        flush_redis()
-        env = base_env(PG_URL.format(name=name), REDIS_URL, {})
-        migrate(env)
-        stack = Stack("production", f"http://127.0.0.1:{free_port()}", env, tmp_path, Outbox(name))
-        stack.start_web("--no-embedded")
-        stack.start_worker()
+    with production_stack(tmp_path, {}, beat=False) as stack:
         yield stack
-    finally:
-        if stack is not None:
-            stack.stop()
-        drop_pg_database(name)
 
 
 def stored_state(stack: Stack, id: str) -> str:

@@ -11,18 +11,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from .conftest import require_services
+from .conftest import embedded_stack, production_stack
 from .harness import (
     PG_URL,
-    REDIS_URL,
-    Outbox,
     Stack,
-    base_env,
-    create_pg_database,
-    drop_pg_database,
-    flush_redis,
-    free_port,
-    migrate,
     now_ms,
     unique,
     wait_until,
@@ -35,34 +27,14 @@ LONG_TICK = {"RESONATE_TICK_INTERVAL_MS": "60000"}
 
 @pytest.fixture
 def embedded_long_tick(tmp_path: Path) -> Iterator[Stack]:
-    db = tmp_path / "resonate.sqlite3"
-    env = base_env(f"sqlite:///{db}", None, LONG_TICK)
-    migrate(env)
-    stack = Stack("embedded", f"http://127.0.0.1:{free_port()}", env, tmp_path, Outbox(None, db))
-    try:
-        stack.start_web()
+    with embedded_stack(tmp_path, LONG_TICK) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture
 def celery_without_beat(tmp_path: Path) -> Iterator[Stack]:
-    require_services()
-    name = create_pg_database()
-    stack = None
-    try:
-        flush_redis()
-        env = base_env(PG_URL.format(name=name), REDIS_URL, LONG_TICK)
-        migrate(env)
-        stack = Stack("production", f"http://127.0.0.1:{free_port()}", env, tmp_path, Outbox(name))
-        stack.start_web("--no-embedded")
-        stack.start_worker()
+    with production_stack(tmp_path, LONG_TICK, beat=False) as stack:
         yield stack
-    finally:
-        if stack is not None:
-            stack.stop()
-        drop_pg_database(name)
 
 
 def stored_state(stack: Stack, id: str) -> str:
