@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -45,12 +45,19 @@ DEFAULTS: dict[str, Any] = {
 _PER_TASK = ("MAX_ATTEMPTS", "RETRY_BACKOFF_MS", "RETRY_BACKOFF_MAX_MS", "TIMEOUT_MS")
 
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def instant(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def ms_of(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
+def ms_at_or_after(moment: datetime) -> int:
+    """The first whole millisecond not before `moment`: run_after means "not before", and the
+    promise clock counts milliseconds, so a sub-millisecond run_after rounds up, never down."""
+    aware = moment if moment.tzinfo is not None else moment.astimezone()  # naive: USE_TZ = False
+    micros = (aware - EPOCH) // timedelta(microseconds=1)
+    return -(-micros // 1000)
 
 
 class ResonateBackend(BaseTaskBackend):
@@ -127,7 +134,7 @@ class ResonateBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        due = now if task.run_after is None else max(ms_of(task.run_after), now)
+        due = now if task.run_after is None else max(ms_at_or_after(task.run_after), now)
         path = task.module_path
         jobs.job_enqueue(
             id=result.id,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +181,22 @@ def test_run_after_defers_the_call(backend: Any) -> None:
     assert t.add.get_result(result.id).status == TaskResultStatus.READY
     p = Promise.objects.get(id=result.id)
     assert "resonate:delay" in p.tags
+
+
+def test_a_sub_millisecond_run_after_is_never_run_early(backend: Any, monkeypatch: Any) -> None:
+    # The promise clock counts whole milliseconds; run_after means "not before", so a
+    # run_after 0.6 ms into a millisecond is due at the next one, not the one it falls in.
+    ms = now_ms() + 60_000
+    run_after = datetime.fromtimestamp(ms / 1000, tz=UTC) + timedelta(microseconds=600)
+    result = t.add.using(run_after=run_after).enqueue(1, 2)
+    monkeypatch.setattr("tasks_app.worker.now_ms", lambda: ms)
+    assert worker().work_once() == 0
+    monkeypatch.setattr("tasks_app.worker.now_ms", lambda: ms + 1)
+    assert worker().work_once() == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert result.started_at is not None
+    assert result.started_at >= run_after
 
 
 def test_a_worker_serves_only_its_queues(backend: Any) -> None:
