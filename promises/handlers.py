@@ -31,7 +31,7 @@ from resonate_project.engine import promises as transitions
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.locks import promise_for_update, promises_for_update
 from resonate_project.engine.search import check_state, search
-from resonate_project.engine.uow import unit_of_work
+from resonate_project.engine.uow import alone, announce, unit_of_work
 
 if TYPE_CHECKING:
     from tasks_app.models import Task
@@ -52,6 +52,13 @@ def promise_create(req: PromiseCreateReq, now: int) -> Response:
     request says. A ``resonate:target`` tag also creates the task, due for dispatch at once (or
     at ``resonate:delay``)."""
     check_tags("tags", req.tags)
+    if alone() and transitions.is_plain(req.tags):
+        # One statement, its own transaction. An existing id: the read below, or (deleted since:
+        # debug.reset) the unit of work.
+        created = transitions.create_plain(req, now)
+        existing = created or Promise.objects.filter(id=req.id).first()
+        if existing is not None:
+            return ok({"promise": promise_record(existing, now)})
     with unit_of_work(now) as fx:
         return create(req, now, fx)
 
@@ -85,6 +92,15 @@ def promise_settle(req: PromiseSettleReq, now: int) -> Response:
     """P-03. The first verdict wins; a later settle, or one after the deadline, answers 200 with
     the record as it stands (clients must read the record, not the status)."""
     check_settable(req.state)
+    if alone():
+        # A live plain promise: one statement, its own transaction. Anything else (targeted,
+        # external, settled, dead, absent) takes the unit of work and decides there.
+        plain = transitions.settle_plain(req.id, req.state, req.value, now)
+        if plain is not None:
+            fx = Effects()
+            fx.settled_promise(plain)
+            announce(fx)
+            return ok({"promise": promise_record(plain, now)})
     with unit_of_work(now) as fx:
         return settle(req.id, req.state, req.value, now, fx)
 

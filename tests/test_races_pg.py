@@ -159,6 +159,51 @@ def test_eight_creates_of_one_promise_all_answer_the_single_stored_record() -> N
     assert Message.objects.get(key="same").revision == 1  # dispatched once, by the winner
 
 
+def test_eight_creates_of_one_plain_promise_all_answer_the_single_stored_record() -> None:
+    # No target, not external: each create is one autocommit statement (no transaction around).
+    def create(i: int) -> Response:
+        data = {"id": "plain", "timeoutAt": FAR, "param": {"data": f"cmVxdWVzdC{i}"}}
+        return call("promise.create", data, 1_000 + i)
+
+    results = race(8, create)
+    assert [r.status for r in results] == [200] * 8, results
+    assert Promise.objects.filter(id="plain").count() == 1
+    stored = ok("promise.get", 2_000, id="plain").data["promise"]
+    assert all(r.data["promise"] == stored for r in results)
+
+
+def test_eight_settles_of_one_plain_promise_have_one_verdict_everyone_reads() -> None:
+    ok("promise.create", 1_000, id="verdict", timeoutAt=FAR)
+    states = ["resolved", "rejected", "rejected_canceled", "resolved"] * 2
+
+    def settle(i: int) -> Response:
+        value = {"data": f"dmFsdWU{i}"}
+        return call("promise.settle", {"id": "verdict", "state": states[i], "value": value}, 2_000)
+
+    results = race(8, settle)
+    assert [r.status for r in results] == [200] * 8, results
+    stored = ok("promise.get", 3_000, id="verdict").data["promise"]
+    assert stored["state"] in ("resolved", "rejected", "rejected_canceled")
+    assert all(r.data["promise"] == stored for r in results)  # all read the one winner's record
+
+
+def test_a_plain_settle_just_before_its_deadline_wins_whatever_the_timeout_step_does() -> None:
+    deadline = 10_000
+    for i in range(24):
+        pid = f"plain-deadline-{i:02}"
+        ok("promise.create", 1_000, id=pid, timeoutAt=deadline)
+
+        def contend(who: int, pid: str = pid) -> Any:
+            if who == 0:
+                return call("promise.settle", {"id": pid, "state": "resolved"}, deadline - 1)
+            return promise_steps.promise_timeouts(deadline, 100)
+
+        settle_res, _ = race(2, contend)
+        record = ok("promise.get", deadline + 1, id=pid).data["promise"]
+        assert (record["state"], record["settledAt"]) == ("resolved", deadline - 1), record
+        assert settle_res.data["promise"] == record
+
+
 def test_eight_task_creates_of_one_id_have_exactly_one_winner() -> None:
     def create(i: int) -> Response:
         action = {

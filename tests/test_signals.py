@@ -89,3 +89,22 @@ def test_a_failing_receiver_reaches_neither_the_caller_nor_other_receivers(
         promise_settled.disconnect(broken)
     assert record["state"] == "resolved"
     assert [name for name, _ in heard] == ["promise_settled"]
+
+
+def test_settlements_outside_any_transaction_are_heard_once_whatever_the_promise(
+    heard: list[Any],
+) -> None:
+    # A plain promise settles in one autocommit statement; a targeted one in the unit of work
+    # (its task is completed with it). Both are heard exactly once, after their commit.
+    promises.promise_create(id="plain/1", timeout_at=10**13, now=1_000)
+    promises.promise_create(id="order/5", timeout_at=10**13, tags=TARGET, now=1_000)
+    assert promises.promise_settle(id="plain/1", state="resolved", now=2_000)["state"] == "resolved"
+    assert promises.promise_settle(id="order/5", state="rejected", now=2_000)["state"] == "rejected"
+    again = promises.promise_settle(id="plain/1", state="rejected", now=3_000)
+    assert (again["state"], again["settledAt"]) == ("resolved", 2_000)  # the first verdict won
+    assert heard == [
+        ("promise_settled", {"id": "plain/1", "state": "resolved", "settled_at": 2_000}),
+        ("promise_settled", {"id": "order/5", "state": "rejected", "settled_at": 2_000}),
+        ("task_completed", {"id": "order/5", "state": "rejected"}),
+    ]
+    assert Task.objects.get(promise_id="order/5").state == "fulfilled"

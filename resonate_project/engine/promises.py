@@ -118,16 +118,9 @@ def settle_if_live(
     """P-03's write in one statement: settle the promise only if it is live at ``now``
     (``UPDATE … WHERE state = 'pending' AND timeout_at > now RETURNING *``, which takes the row
     lock), then fulfil its task. None if nothing matched (absent, settled, or dead)."""
-    table = connection.ops.quote_name(Promise._meta.db_table)
-    headers = Promise._meta.get_field("value_headers").get_db_prep_save(value.headers, connection)
-    sql = (
-        f"UPDATE {table} SET state = %s, value_headers = %s, value_data = %s, settled_at = %s "
-        f"WHERE id = %s AND state = 'pending' AND timeout_at > %s RETURNING *"
-    )
-    rows = list(Promise.objects.raw(sql, [state, headers, value.data, now, promise_id, now]))
-    if not rows:
+    p = _settle_row(promise_id, state, value, now, plain_only=False)
+    if p is None:
         return None
-    p = rows[0]
     if p.target is not None:
         task = Task.objects.filter(pk=p.id).first()
         if task is not None and task.state != "fulfilled":
@@ -135,6 +128,42 @@ def settle_if_live(
             fx.completed_task(task)
     fx.settled_promise(p)
     return p
+
+
+def is_plain(tags: dict[str, str]) -> bool:
+    """A promise with no target that is not external: no task, no callbacks or listeners (C2,
+    C3) and no durable deadline (C1), so its birth and its settlement each write one row and
+    enable no step."""
+    return not T.is_targeted(tags) and not T.is_external(tags)
+
+
+def create_plain(req: PromiseCreateReq, now: int) -> Promise | None:
+    """P-02 for a plain promise (``is_plain(req.tags)``): the whole transition is one
+    ``INSERT … ON CONFLICT DO NOTHING``, so outside any transaction it runs as its own (one round
+    trip instead of BEGIN, statement, COMMIT). None if the id exists."""
+    p = new_promise(req, now)
+    return p if insert(p) else None
+
+
+def settle_plain(promise_id: str, state: str, value: Value, now: int) -> Promise | None:
+    """P-03's write for a plain promise, one statement (its own transaction outside any other):
+    None unless the promise is live at ``now`` and plain (a targeted or external promise's
+    settlement also fulfils its task or drains its subscriptions, so it takes the transaction)."""
+    return _settle_row(promise_id, state, value, now, plain_only=True)
+
+
+def _settle_row(
+    promise_id: str, state: str, value: Value, now: int, *, plain_only: bool
+) -> Promise | None:
+    table = connection.ops.quote_name(Promise._meta.db_table)
+    headers = Promise._meta.get_field("value_headers").get_db_prep_save(value.headers, connection)
+    plain = " AND target IS NULL AND NOT external" if plain_only else ""
+    sql = (
+        f"UPDATE {table} SET state = %s, value_headers = %s, value_data = %s, settled_at = %s "
+        f"WHERE id = %s AND state = 'pending' AND timeout_at > %s{plain} RETURNING *"
+    )
+    rows = list(Promise.objects.raw(sql, [state, headers, value.data, now, promise_id, now]))
+    return rows[0] if rows else None
 
 
 def time_out(p: Promise, fx: Effects) -> None:
