@@ -10,6 +10,7 @@ from django.db.models import Q, QuerySet
 from promises.models import Promise
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import PENDING, promise_record
+from resonate_project.engine import rows
 from tasks_app.models import Task, TaskState
 
 TASK_STATES = ("pending", "acquired", "suspended", "halted", "fulfilled")
@@ -36,12 +37,9 @@ def preload(p: Promise, now: int) -> list[dict[str, Any]]:
     can replay without fetching each one (as the reference server fills it)."""
     if p.branch is None:
         return []
-    rows = (
-        Promise.objects.filter(branch=p.branch)
-        .exclude(id=p.id)
-        .order_by("id")[: resonate_settings().PRELOAD_LIMIT]
-    )
-    return [promise_record(row, now) for row in rows]
+    limit = resonate_settings().PRELOAD_LIMIT
+    found = rows.by_column(Promise, "branch", p.branch, exclude_id=p.id, limit=limit)
+    return [promise_record(row, now) for row in found]
 
 
 def suspend_preload(p: Promise, settled: list[Promise], now: int) -> list[dict[str, Any]]:

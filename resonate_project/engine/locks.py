@@ -18,33 +18,30 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from promises.models import Promise
+from resonate_project.engine import rows
 from tasks_app.models import Task
 
 
 def promise_for_update(promise_id: str) -> Promise | None:
-    return Promise.objects.select_for_update().filter(id=promise_id).first()
+    return rows.by_id(Promise, promise_id, for_update=True)
 
 
 def promises_for_update(ids: Iterable[str]) -> dict[str, Promise]:
     """Lock several promises in id order (deadlock-free) and return those that exist."""
-    wanted = sorted(set(ids))
-    rows = Promise.objects.select_for_update().filter(id__in=wanted).order_by("id")
-    return {p.id: p for p in rows}
+    return {p.id: p for p in rows.by_ids(Promise, sorted(set(ids)), for_update=True)}
 
 
 def task_for_update(task_id: str) -> tuple[Task | None, Promise | None]:
-    p = Promise.objects.select_for_update().filter(id=task_id).first()
+    p = rows.by_id(Promise, task_id, for_update=True)
     if p is None:
         return None, None
-    return Task.objects.filter(pk=task_id).first(), p
+    return rows.by_id(Task, task_id), p
 
 
 def tasks_for_update(ids: list[str]) -> dict[str, tuple[Task | None, Promise]]:
     """Lock several task/promise pairs in id order (deadlock-free)."""
-    promises = list(
-        Promise.objects.select_for_update().filter(id__in=sorted(set(ids))).order_by("id")
-    )
-    tasks = {t.pk: t for t in Task.objects.filter(pk__in=[p.id for p in promises])}
+    promises = rows.by_ids(Promise, sorted(set(ids)), for_update=True)
+    tasks = {t.pk: t for t in rows.by_ids(Task, [p.id for p in promises])}
     return {p.id: (tasks.get(p.id), p) for p in promises}
 
 

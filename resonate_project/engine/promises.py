@@ -12,7 +12,7 @@ from promises.models import Callback, Listener, Promise, PromiseState
 from resonate_project.core import tags as T
 from resonate_project.core.protocol import is_live, promise_record, timeout_verdict
 from resonate_project.core.wire.promises import PromiseCreateReq, Value
-from resonate_project.engine import outbox, wake
+from resonate_project.engine import outbox, rows, wake
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.tasks import born_fulfilled, born_pending, fulfil, resume
 from tasks_app.models import Task
@@ -47,29 +47,8 @@ def new_promise(req: PromiseCreateReq, now: int) -> Promise:
 
 
 def insert(obj: Model) -> bool:
-    """Insert ``obj`` unless its primary key exists; False if it does (one round trip).
-
-    ``INSERT … ON CONFLICT DO NOTHING RETURNING``: a concurrent creator of the same id makes this
-    statement wait for its commit and then do nothing, so the caller can read the winner.
-    """
-    meta = obj._meta
-    fields = meta.concrete_fields
-    columns = ", ".join(connection.ops.quote_name(str(f.column)) for f in fields)
-    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
-    placeholders = ", ".join(["%s"] * len(fields))
-    assert meta.pk is not None
-    pk = connection.ops.quote_name(str(meta.pk.column))
-    sql = (
-        f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({columns}) "
-        f"VALUES ({placeholders}) ON CONFLICT ({pk}) DO NOTHING RETURNING {pk}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        inserted = cursor.fetchone() is not None
-    if inserted:
-        obj._state.adding = False
-        obj._state.db = connection.alias
-    return inserted
+    """Insert ``obj`` unless its primary key exists; False if it does (one round trip)."""
+    return rows.insert(obj, skip_existing=True)
 
 
 def create_with_task(req: PromiseCreateReq, now: int, fx: Effects) -> Promise | None:
@@ -102,7 +81,7 @@ def settle(
     p.value_headers = value.headers if value is not None else None
     p.value_data = value.data if value is not None else None
     p.settled_at = settled_at
-    p.save(update_fields=["state", "value_headers", "value_data", "settled_at"])
+    rows.update(p, ["state", "value_headers", "value_data", "settled_at"])
     if p.target is not None:
         if task is None:
             task = Task.objects.filter(pk=p.id).first()
@@ -162,8 +141,8 @@ def _settle_row(
         f"UPDATE {table} SET state = %s, value_headers = %s, value_data = %s, settled_at = %s "
         f"WHERE id = %s AND state = 'pending' AND timeout_at > %s{plain} RETURNING *"
     )
-    rows = list(Promise.objects.raw(sql, [state, headers, value.data, now, promise_id, now]))
-    return rows[0] if rows else None
+    found = list(Promise.objects.raw(sql, [state, headers, value.data, now, promise_id, now]))
+    return found[0] if found else None
 
 
 def time_out(p: Promise, fx: Effects) -> None:
@@ -180,28 +159,28 @@ def live_or_time_out(p: Promise, now: int, fx: Effects) -> bool:
     return False
 
 
-def unblock_listeners(rows: list[tuple[int, str, str]], records: dict[str, Any], now: int) -> int:
+def unblock_listeners(
+    listeners: list[tuple[int, str, str]], records: dict[str, Any], now: int
+) -> int:
     """R3 for listener rows ``(id, awaited id, address)``: one ``unblock`` each carrying its
     promise's record, then forget them."""
-    for _, awaited_id, address in rows:
+    for _, awaited_id, address in listeners:
         outbox.unblock(records[awaited_id], address, now)
-    Listener.objects.filter(id__in=[row[0] for row in rows]).delete()
-    return len(rows)
+    rows.delete_ids(Listener, [row[0] for row in listeners])
+    return len(listeners)
 
 
 def drain_listeners(settled: list[Promise], now: int) -> int:
     """R3 for every listener of these settled promises (inline, right after settling)."""
-    rows = list(
-        Listener.objects.filter(awaited_id__in=[p.id for p in settled]).values_list(
-            "id", "awaited_id", "address"
-        )
+    found = rows.values_in(
+        Listener, ["id", "awaited_id", "address"], "awaited_id", [p.id for p in settled]
     )
-    if not rows:
+    if not found:
         return 0
-    return unblock_listeners(rows, {p.id: promise_record(p, now) for p in settled}, now)
+    return unblock_listeners(found, {p.id: promise_record(p, now) for p in settled}, now)
 
 
-def resume_callbacks(rows: list[tuple[int, str, str]], now: int, fx: Effects) -> list[int]:
+def resume_callbacks(callbacks: list[tuple[int, str, str]], now: int, fx: Effects) -> list[int]:
     """R4 for callback rows ``(id, awaited id, awaiter id)`` whose awaiter can be locked without
     waiting: resume each (deadline guard of C6) and delete its row. Returns the rows left because
     their awaiter was busy.
@@ -210,7 +189,7 @@ def resume_callbacks(rows: list[tuple[int, str, str]], now: int, fx: Effects) ->
     promise, so a busy awaiter is skipped; the callback step resumes it later.
     """
     by_awaited: dict[str, list[tuple[int, str]]] = {}
-    for row_id, awaited_id, awaiter_id in rows:
+    for row_id, awaited_id, awaiter_id in callbacks:
         by_awaited.setdefault(awaited_id, []).append((row_id, awaiter_id))
     done: list[int] = []
     busy: list[int] = []
@@ -218,24 +197,22 @@ def resume_callbacks(rows: list[tuple[int, str, str]], now: int, fx: Effects) ->
         resumed = set(resume_awaiters(awaited_id, [a for _, a in entries], now, fx))
         for row_id, awaiter_id in entries:
             (done if awaiter_id in resumed else busy).append(row_id)
-    Callback.objects.filter(id__in=done).delete()
+    rows.delete_ids(Callback, done)
     return busy
 
 
 def drain_callbacks(settled: list[Promise], now: int, fx: Effects) -> int:
     """R4 for the callbacks of these settled promises (inline, right after settling); a callback
     whose awaiter is busy is marked ready for the callback step."""
-    rows = list(
-        Callback.objects.filter(awaited_id__in=[p.id for p in settled]).values_list(
-            "id", "awaited_id", "awaiter_id"
-        )
+    found = rows.values_in(
+        Callback, ["id", "awaited_id", "awaiter_id"], "awaited_id", [p.id for p in settled]
     )
-    if not rows:
+    if not found:
         return 0
-    busy = resume_callbacks(rows, now, fx)
+    busy = resume_callbacks(found, now, fx)
     if busy:
         Callback.objects.filter(id__in=busy).update(ready=True)
-    return len(rows) - len(busy)
+    return len(found) - len(busy)
 
 
 def resume_awaiters(awaited_id: str, awaiter_ids: list[str], now: int, fx: Effects) -> list[str]:

@@ -14,7 +14,7 @@ from resonate_project.core.addresses import is_claimed_from_database
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import is_live, viewed_task_state
 from resonate_project.core.wire.promises import later
-from resonate_project.engine import outbox, wake
+from resonate_project.engine import outbox, rows, wake
 from tasks_app.models import Task, TaskState
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def first_dispatch_at(p: Promise, now: int) -> int:
 
 def born_pending(p: Promise, now: int, fx: Effects) -> Task:
     task = Task(promise=p, state=TaskState.PENDING, version=0, retry_at=first_dispatch_at(p, now))
-    task.save(force_insert=True)
+    rows.insert(task)
     fx.became_pending(task, p)
     if task.retry_at is not None and task.retry_at > now:  # a delay, or a timer's deadline
         wake.deadline(task.retry_at, now)
@@ -59,14 +59,14 @@ def born_acquired(p: Promise, pid: str, ttl: int, now: int) -> Task:
         ttl=ttl,
         expires_at=expires_at,
     )
-    task.save(force_insert=True)
+    rows.insert(task)
     wake.deadline(min(expires_at, p.timeout_at), now)  # the promise was born in this transaction
     return task
 
 
 def born_fulfilled(p: Promise) -> Task:
     task = Task(promise=p, state=TaskState.FULFILLED, version=0)
-    task.save(force_insert=True)
+    rows.insert(task)
     return task
 
 
@@ -77,7 +77,7 @@ def acquire(t: Task, pid: str, ttl: int, now: int) -> None:
     t.pid, t.ttl, t.expires_at = pid, ttl, expires_at
     t.retry_at = None
     t.resumes = []
-    t.save(update_fields=[*_LEASE_FIELDS, "version"])
+    rows.update(t, [*_LEASE_FIELDS, "version"])
     wake.deadline(expires_at, now)
 
 
@@ -86,7 +86,7 @@ def make_pending(t: Task, p: Promise, now: int, fx: Effects) -> None:
     t.state = TaskState.PENDING
     t.pid = t.ttl = t.expires_at = None
     t.retry_at = now
-    t.save(update_fields=_LEASE_FIELDS)
+    rows.update(t, _LEASE_FIELDS)
     fx.became_pending(t, p)
 
 
@@ -95,27 +95,27 @@ def fulfil(t: Task) -> None:
     t.state = TaskState.FULFILLED
     t.pid = t.ttl = t.expires_at = t.retry_at = None
     t.resumes = []
-    t.save(update_fields=_LEASE_FIELDS)
+    rows.update(t, _LEASE_FIELDS)
 
 
 def suspend(t: Task) -> None:
     t.state = TaskState.SUSPENDED
     t.pid = t.ttl = t.expires_at = t.retry_at = None
     t.resumes = []
-    t.save(update_fields=_LEASE_FIELDS)
+    rows.update(t, _LEASE_FIELDS)
 
 
 def halt(t: Task) -> None:
     t.state = TaskState.HALTED
     t.pid = t.ttl = t.expires_at = t.retry_at = None
-    t.save(update_fields=_LEASE_FIELDS)
+    rows.update(t, _LEASE_FIELDS)
 
 
 def extend_lease(t: Task, now: int) -> None:
     assert t.ttl is not None
     expires_at = later(now, t.ttl)
     t.expires_at = expires_at
-    t.save(update_fields=["expires_at"])
+    rows.update(t, ["expires_at"])
     wake.deadline(expires_at, now)
 
 
@@ -130,12 +130,12 @@ def resume(t: Task, p: Promise, awaited_id: str, now: int, fx: Effects) -> None:
         t.state = TaskState.PENDING
         t.resumes = [awaited_id]
         t.retry_at = now
-        t.save(update_fields=["state", "resumes", "retry_at"])
+        rows.update(t, ["state", "resumes", "retry_at"])
         fx.became_pending(t, p)
     elif state != TaskState.FULFILLED and awaited_id not in t.resumes:
         # pending, acquired or halted: something already drives the task; record the resume.
         t.resumes = [*t.resumes, awaited_id]
-        t.save(update_fields=["resumes"])
+        rows.update(t, ["resumes"])
 
 
 def dispatch(t: Task, p: Promise, now: int) -> bool:
@@ -152,11 +152,11 @@ def dispatch(t: Task, p: Promise, now: int) -> bool:
         return False
     if is_claimed_from_database(p.target):
         t.retry_at = p.timeout_at
-        t.save(update_fields=["retry_at"])
+        rows.update(t, ["retry_at"])
         return True
     retry_at = later(now, resonate_settings().RETRY_TIMEOUT_MS)
     t.retry_at = retry_at
-    t.save(update_fields=["retry_at"])
+    rows.update(t, ["retry_at"])
     wake.deadline(retry_at, now)
     if p.target:
         outbox.execute(p.id, t.version, p.target, now)
