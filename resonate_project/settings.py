@@ -108,13 +108,17 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     # Embedded default: WAL for concurrent readers, FULL sync so an acknowledged write survives a
     # power cut, IMMEDIATE transactions so concurrent writers queue on the lock instead of failing
     # with "database is locked" when they upgrade from a read.
+    # Django's SQLite backend, this process's writers queued on a lock (resonate_project.sqlite).
+    _db["ENGINE"] = "resonate_project.sqlite"
     _db["CONN_MAX_AGE"] = 0 if _db["NAME"] == ":memory:" else 600
     _db["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
         "init_command": ("PRAGMA journal_mode=WAL;PRAGMA synchronous=FULL;PRAGMA foreign_keys=ON;"),
     }
-    _db.setdefault("TEST", {})["NAME"] = os.environ.get("SQLITE_TEST_NAME") or None
+    # In memory unless SQLITE_TEST_NAME says otherwise (":memory:" spelled out: pytest-django only
+    # recognises Django's own ENGINE string as SQLite when the test name is left unset).
+    _db.setdefault("TEST", {})["NAME"] = os.environ.get("SQLITE_TEST_NAME") or ":memory:"
 DATABASES = {"default": _db}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -138,6 +138,8 @@ def test_sqlite_without_immediate_transactions_is_an_error() -> None:
     assert '"transaction_mode": "IMMEDIATE"' in str(errors[0].hint)
     immediate = {**SQLITE, "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
     assert checks.sqlite_without_immediate({"default": immediate}) == []
+    ours = {**SQLITE, "ENGINE": "resonate_project.sqlite"}  # the writer-lock engine is SQLite too
+    assert ids(checks.sqlite_without_immediate({"default": ours})) == ["resonate.E030"]
 
 
 def test_no_runner_for_the_steps_is_an_error() -> None:

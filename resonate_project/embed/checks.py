@@ -26,7 +26,7 @@ def sqlite_without_immediate(databases: dict[str, Any]) -> list[Error]:
     locked" when they upgrade from a read; IMMEDIATE makes them queue on the write lock."""
     errors = []
     for alias, db in databases.items():
-        if db.get("ENGINE") != "django.db.backends.sqlite3":
+        if db.get("ENGINE") not in ("django.db.backends.sqlite3", "resonate_project.sqlite"):
             continue
         mode = str(db.get("OPTIONS", {}).get("transaction_mode", "")).upper()
         if mode != "IMMEDIATE":
