@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import connection
 from django.db.models import Model
 
 from promises.models import Callback, Listener, Promise, PromiseState
@@ -134,14 +133,18 @@ def settle_plain(promise_id: str, state: str, value: Value, now: int) -> Promise
 def _settle_row(
     promise_id: str, state: str, value: Value, now: int, *, plain_only: bool
 ) -> Promise | None:
-    table = connection.ops.quote_name(Promise._meta.db_table)
-    headers = Promise._meta.get_field("value_headers").get_db_prep_save(value.headers, connection)
     plain = " AND target IS NULL AND NOT external" if plain_only else ""
-    sql = (
-        f"UPDATE {table} SET state = %s, value_headers = %s, value_data = %s, settled_at = %s "
-        f"WHERE id = %s AND state = 'pending' AND timeout_at > %s{plain} RETURNING *"
+    found = rows.update_returning(
+        Promise,
+        {
+            "state": state,
+            "value_headers": value.headers,
+            "value_data": value.data,
+            "settled_at": now,
+        },
+        f"id = %s AND state = 'pending' AND timeout_at > %s{plain}",
+        [promise_id, now],
     )
-    found = list(Promise.objects.raw(sql, [state, headers, value.data, now, promise_id, now]))
     return found[0] if found else None
 
 

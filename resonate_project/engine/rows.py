@@ -29,6 +29,7 @@ from django.db.models import Model
 @dataclass(frozen=True)
 class _Shape:
     select: str  # "SELECT <every column> FROM <table>"
+    columns: str  # "<every column>", quoted, in field order
     names: list[str]  # the attnames, in column order (Model.from_db's field_names)
     converters: list[tuple[int, list[Callable[..., Any]], Any]]  # (position, converters, col)
 
@@ -46,14 +47,22 @@ def _shape(model: type[Model], vendor: str) -> _Shape:
         if found:
             converters.append((i, found, col))
     return _Shape(
-        f"SELECT {columns} FROM {quote(table)}", [str(f.attname) for f in fields], converters
+        f"SELECT {columns} FROM {quote(table)}",
+        columns,
+        [str(f.attname) for f in fields],
+        converters,
     )
 
 
 def _fetch(model: type[Model], where: str, params: Sequence[Any], tail: str = "") -> list[Any]:
     shape = _shape(model, connection.vendor)
+    return _instances(model, shape, f"{shape.select} WHERE {where}{tail}", params)
+
+
+def _instances(model: type[Model], shape: _Shape, sql: str, params: Sequence[Any]) -> list[Any]:
+    """Run ``sql`` (which yields every column in field order) and build the instances."""
     with connection.cursor() as cursor:
-        cursor.execute(f"{shape.select} WHERE {where}{tail}", params)
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     out = []
     for row in rows:
@@ -140,6 +149,26 @@ def update(obj: Model, fields: Sequence[str]) -> None:
     values = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in concrete]
     with connection.cursor() as cursor:
         cursor.execute(sql, [*values, obj.pk])
+
+
+def update_returning(
+    model: type[Model], values: dict[str, Any], where: str, params: Sequence[Any]
+) -> list[Any]:
+    """``UPDATE … SET <field> = <value>, … WHERE <where>`` in one statement, returning the rows
+    it changed as instances (each value prepared as ``save`` would)."""
+    shape = _shape(model, connection.vendor)
+    quote = connection.ops.quote_name
+    fields = [model._meta.get_field(name) for name in values]
+    sets = ", ".join(f"{quote(str(f.column))} = %s" for f in fields)  # type: ignore[union-attr]
+    prepared = [
+        f.get_db_prep_save(value, connection)  # type: ignore[union-attr]
+        for f, value in zip(fields, values.values(), strict=True)
+    ]
+    sql = (
+        f"UPDATE {quote(str(model._meta.db_table))} SET {sets} WHERE {where} "
+        f"RETURNING {shape.columns}"
+    )
+    return _instances(model, shape, sql, [*prepared, *params])
 
 
 def values_in(
