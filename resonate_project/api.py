@@ -3,8 +3,10 @@ legacy REST paths. The clock is read here, once per request."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
@@ -26,6 +28,7 @@ from resonate_project.envelope import handle_body, respond
 # wait on the database in parallel, each thread with its own persistent connection. WEB_THREADS=0
 # keeps Django's shared thread (the in-process test suite, whose transaction lives there).
 _pool: ThreadPoolExecutor | None = None
+_on_django_thread = sync_to_async(handle_body, thread_sensitive=True)
 
 
 def _handle(body: bytes, clock_ms: int, bearer: str | None) -> tuple[int, bytes]:
@@ -35,20 +38,27 @@ def _handle(body: bytes, clock_ms: int, bearer: str | None) -> tuple[int, bytes]
     return handle_body(body, clock_ms, bearer)
 
 
-def _runner() -> Callable[[bytes, int, str | None], Awaitable[tuple[int, bytes]]]:
+def _executor(threads: int) -> ThreadPoolExecutor:
     global _pool
-    threads = resonate_settings().WEB_THREADS
-    if threads <= 0:
-        return sync_to_async(handle_body, thread_sensitive=True)
     if _pool is None:
         _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="resonate-envelope")
-    return sync_to_async(_handle, thread_sensitive=False, executor=_pool)
+    return _pool
 
 
 async def answer(body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
     """One envelope in, one out, off the event loop; the clock is read here. ``authorization``
-    is the request's Authorization header (a credential in ``head.auth`` takes precedence)."""
-    return await _runner()(body, now_ms(), bearer(authorization))
+    is the request's Authorization header (a credential in ``head.auth`` takes precedence).
+
+    The handler goes straight to the pool with ``run_in_executor`` and the request's context
+    variables (as ``sync_to_async`` would carry them): asgiref's wrapper, built anew per request,
+    was a sixth of a create+settle request's server CPU (docs/benchmarks.md, hot-path levers)."""
+    clock, token = now_ms(), bearer(authorization)
+    threads = resonate_settings().WEB_THREADS
+    if threads <= 0:
+        return await _on_django_thread(body, clock, token)
+    run = contextvars.copy_context().run
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor(threads), run, _handle, body, clock, token)
 
 
 def too_large() -> tuple[int, bytes]:

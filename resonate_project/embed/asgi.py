@@ -65,7 +65,8 @@ async def _send(send: Any, status: int, body: bytes) -> None:
 
 async def envelope(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """One ``POST`` of an envelope, answered without Django's request machinery."""
-    refused = refuse_http(_headers(scope), check_host=True)
+    headers = _headers(scope)
+    refused = refuse_http(headers, check_host=True)
     if refused is not None:
         await _send(send, *refused)
         return
@@ -76,7 +77,7 @@ async def envelope(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if body is None:
         await _send(send, *too_large())
         return
-    await _send(send, *await answer(body, _headers(scope).get("authorization")))
+    await _send(send, *await answer(body, headers.get("authorization")))
 
 
 class Resonate:
