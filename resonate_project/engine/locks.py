@@ -6,7 +6,8 @@ promises it creates. Sweeps claim with ``SKIP LOCKED`` in bounded batches; a dra
 wait on an awaiter skips it instead (``engine.promises.resume_callbacks``). On SQLite the
 IMMEDIATE transaction already serialises writers and ``select_for_update`` is a no-op.
 
-A task is read in a second statement on purpose. On PostgreSQL, ``SELECT … FOR UPDATE OF
+A task is read in a second statement on purpose (sent in the same round trip as the lock on
+PostgreSQL, ``rows.locked_with``). On PostgreSQL, ``SELECT … FOR UPDATE OF
 promise`` joined to ``task`` re-checks only the locked promise row after waiting for a lock; the
 joined task columns would still come from the statement's old snapshot (so sixteen racing
 acquires would all see version 0). A statement issued after the lock is held sees the latest
@@ -32,16 +33,14 @@ def promises_for_update(ids: Iterable[str]) -> dict[str, Promise]:
 
 
 def task_for_update(task_id: str) -> tuple[Task | None, Promise | None]:
-    p = rows.by_id(Promise, task_id, for_update=True)
-    if p is None:
-        return None, None
-    return rows.by_id(Task, task_id), p
+    return tasks_for_update([task_id]).get(task_id, (None, None))
 
 
 def tasks_for_update(ids: list[str]) -> dict[str, tuple[Task | None, Promise]]:
-    """Lock several task/promise pairs in id order (deadlock-free)."""
-    promises = rows.by_ids(Promise, sorted(set(ids)), for_update=True)
-    tasks = {t.pk: t for t in rows.by_ids(Task, [p.id for p in promises])}
+    """Lock several task/promise pairs in id order (deadlock-free); the tasks are read after the
+    locks are held (one round trip on PostgreSQL: ``rows.locked_with``)."""
+    promises, found = rows.locked_with(Promise, sorted(set(ids)), Task)
+    tasks = {t.pk: t for t in found}
     return {p.id: (tasks.get(p.id), p) for p in promises}
 
 

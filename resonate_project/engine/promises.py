@@ -173,11 +173,26 @@ def unblock_listeners(
     return len(listeners)
 
 
-def drain_listeners(settled: list[Promise], now: int) -> int:
-    """R3 for every listener of these settled promises (inline, right after settling)."""
-    found = rows.values_in(
-        Listener, ["id", "awaited_id", "address"], "awaited_id", [p.id for p in settled]
+LISTENER_COLUMNS = ("id", "awaited_id", "address")
+CALLBACK_COLUMNS = ("id", "awaited_id", "awaiter_id")
+
+
+def subscriptions(settled: list[Promise]) -> tuple[list[Any], list[Any]]:
+    """The listener and callback rows of these promises (``LISTENER_COLUMNS``,
+    ``CALLBACK_COLUMNS``), read together: one round trip on PostgreSQL."""
+    ids = [p.id for p in settled]
+    listeners, callbacks = rows.values_in_each(
+        [
+            (Listener, LISTENER_COLUMNS, "awaited_id", ids),
+            (Callback, CALLBACK_COLUMNS, "awaited_id", ids),
+        ]
     )
+    return listeners, callbacks
+
+
+def drain_listeners(settled: list[Promise], now: int, found: list[Any]) -> int:
+    """R3 for every listener of these settled promises (inline, right after settling); ``found``:
+    their rows (``subscriptions``)."""
     if not found:
         return 0
     return unblock_listeners(found, {p.id: promise_record(p, now) for p in settled}, now)
@@ -204,12 +219,10 @@ def resume_callbacks(callbacks: list[tuple[int, str, str]], now: int, fx: Effect
     return busy
 
 
-def drain_callbacks(settled: list[Promise], now: int, fx: Effects) -> int:
+def drain_callbacks(settled: list[Promise], now: int, fx: Effects, found: list[Any]) -> int:
     """R4 for the callbacks of these settled promises (inline, right after settling); a callback
-    whose awaiter is busy is marked ready for the callback step."""
-    found = rows.values_in(
-        Callback, ["id", "awaited_id", "awaiter_id"], "awaited_id", [p.id for p in settled]
-    )
+    whose awaiter is busy is marked ready for the callback step. ``found``: their rows
+    (``subscriptions``)."""
     if not found:
         return 0
     busy = resume_callbacks(found, now, fx)

@@ -64,6 +64,10 @@ def _instances(model: type[Model], shape: _Shape, sql: str, params: Sequence[Any
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
+    return _build(model, shape, rows)
+
+
+def _build(model: type[Model], shape: _Shape, rows: Sequence[Any]) -> list[Any]:
     out = []
     for row in rows:
         values = list(row)
@@ -78,14 +82,78 @@ def _lock() -> str:
     return " FOR UPDATE" if connection.features.has_select_for_update else ""
 
 
+def _by_ids_sql(model: type[Model], count: int, for_update: bool) -> str:
+    pk = connection.ops.quote_name(str(model._meta.pk.column))
+    marks = ", ".join(["%s"] * count)
+    lock = _lock() if for_update else ""
+    return f"{_shape(model, connection.vendor).select} WHERE {pk} IN ({marks}) ORDER BY {pk}{lock}"
+
+
 def by_ids(model: type[Model], ids: Sequence[str], *, for_update: bool = False) -> list[Any]:
     """The rows whose primary key is in ``ids``, in ascending key order (the lock order)."""
     if not ids:
         return []
-    pk = connection.ops.quote_name(str(model._meta.pk.column))
-    marks = ", ".join(["%s"] * len(ids))
-    tail = f" ORDER BY {pk}" + (_lock() if for_update else "")
-    return _fetch(model, f"{pk} IN ({marks})", list(ids), tail)
+    sql = _by_ids_sql(model, len(ids), for_update)
+    return _instances(model, _shape(model, connection.vendor), sql, list(ids))
+
+
+def locked_with(
+    model: type[Model], ids: Sequence[str], other: type[Model]
+) -> tuple[list[Any], list[Any]]:
+    """``by_ids(model, ids, for_update=True)``, then ``by_ids(other, ids)`` read by a second
+    statement, which starts once the first holds its locks and so sees every transaction that
+    committed before they were granted (a single statement joining both would not: see
+    ``engine.locks``). Both go in one round trip on PostgreSQL (``each``)."""
+    if not ids:
+        return [], []
+    first, second = _shape(model, connection.vendor), _shape(other, connection.vendor)
+    locked, read = each(
+        [
+            (_by_ids_sql(model, len(ids), True), list(ids)),
+            (_by_ids_sql(other, len(ids), False), list(ids)),
+        ]
+    )
+    return _build(model, first, locked), _build(other, second, read)
+
+
+def each(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+    """Run these statements in order, each as its own statement, and return each one's rows.
+
+    On PostgreSQL they travel in one query string, one round trip: under READ COMMITTED each
+    statement of such a string still takes its own snapshot when it starts, exactly as it would
+    in a round trip of its own, and an error in any of them raises here with nothing after it
+    run. Elsewhere (SQLite, or a cursor binding its values on the server, which allows one
+    statement per query) they run one by one."""
+    with connection.cursor() as cursor:
+        if len(statements) > 1 and _one_string(cursor):
+            sql = "; ".join(sql for sql, _ in statements)
+            cursor.execute(sql, [value for _, params in statements for value in params])
+            out = [_rows(cursor)]
+            for _ in statements[1:]:
+                cursor.nextset()
+                out.append(_rows(cursor))
+            return out
+        out = []
+        for sql, params in statements:
+            cursor.execute(sql, params)
+            out.append(_rows(cursor))
+        return out
+
+
+def _rows(cursor: Any) -> list[Any]:
+    """The current result's rows; none for a statement that returns no rows."""
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+def _one_string(cursor: Any) -> bool:
+    """Whether this cursor is psycopg's with client-side binding (Django's default on
+    PostgreSQL), which sends a statement with its values inlined, so several can share a query
+    string."""
+    if connection.vendor != "postgresql":
+        return False
+    from psycopg import ClientCursor  # only here: psycopg is installed with PostgreSQL
+
+    return isinstance(cursor.cursor, ClientCursor)
 
 
 def by_id(model: type[Model], id: str, *, for_update: bool = False) -> Any | None:
@@ -171,21 +239,26 @@ def update_returning(
     return _instances(model, shape, sql, [*prepared, *params])
 
 
-def values_in(
-    model: type[Model], columns: Sequence[str], column: str, wanted: Sequence[Any]
-) -> list[tuple[Any, ...]]:
-    """``columns`` (plain values: no converters) of the rows whose ``column`` is in ``wanted``."""
-    if not wanted:
-        return []
+def values_in_each(
+    queries: Sequence[tuple[type[Model], Sequence[str], str, Sequence[Any]]],
+) -> list[list[tuple[Any, ...]]]:
+    """For each ``(model, columns, column, wanted)``: ``columns`` (plain values, no converters) of
+    the rows whose ``column`` is in ``wanted``. One round trip on PostgreSQL (``each``)."""
     quote = connection.ops.quote_name
-    marks = ", ".join(["%s"] * len(wanted))
-    sql = (
-        f"SELECT {', '.join(quote(c) for c in columns)} FROM {quote(str(model._meta.db_table))} "
-        f"WHERE {quote(column)} IN ({marks})"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, list(wanted))
-        return [tuple(row) for row in cursor.fetchall()]
+    statements = []
+    for model, columns, column, wanted in queries:
+        if not wanted:
+            continue
+        marks = ", ".join(["%s"] * len(wanted))
+        statements.append(
+            (
+                f"SELECT {', '.join(quote(c) for c in columns)} "
+                f"FROM {quote(str(model._meta.db_table))} WHERE {quote(column)} IN ({marks})",
+                list(wanted),
+            )
+        )
+    found = iter(each(statements)) if statements else iter(())
+    return [[tuple(row) for row in next(found)] if q[3] else [] for q in queries]
 
 
 def delete_ids(model: type[Model], ids: Sequence[Any]) -> None:

@@ -90,9 +90,11 @@ def finish(fx: Effects, now: int, *, inline: bool) -> None:
         Callback.objects.filter(awaited_id__in=ids).update(ready=True)
         Listener.objects.filter(awaited_id__in=ids).update(ready=True)
     elif settled:
-        # One query each for the whole batch (a timeout sweep settles hundreds at once).
-        promises.drain_listeners(settled, now)
-        promises.drain_callbacks(settled, now, fx)
+        # One query each for the whole batch (a timeout sweep settles hundreds at once), both
+        # read before either drain writes (neither drain touches the other's rows).
+        listeners, callbacks = promises.subscriptions(settled)
+        promises.drain_listeners(settled, now, listeners)
+        promises.drain_callbacks(settled, now, fx, callbacks)
     if not inline:
         return
     for task, promise in fx.due:
