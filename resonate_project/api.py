@@ -38,6 +38,16 @@ def _handle(body: bytes, clock_ms: int, bearer: str | None) -> tuple[int, bytes]
     return handle_body(body, clock_ms, bearer)
 
 
+def web_threads() -> int:
+    """``WEB_THREADS``, with its default (-1) decided by the database: one thread on SQLite (its
+    writers queue on one lock, ``resonate_project.sqlite``; measured: a second thread cost a
+    quarter of ``make run``'s throughput in hand-offs), two elsewhere."""
+    threads = resonate_settings().WEB_THREADS
+    if threads >= 0:
+        return threads
+    return 1 if connection.vendor == "sqlite" else 2
+
+
 def _executor(threads: int) -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
@@ -53,8 +63,8 @@ async def answer(body: bytes, authorization: str | None = None) -> tuple[int, by
     variables (as ``sync_to_async`` would carry them): asgiref's wrapper, built anew per request,
     was a sixth of a create+settle request's server CPU (docs/benchmarks.md, hot-path levers)."""
     clock, token = now_ms(), bearer(authorization)
-    threads = resonate_settings().WEB_THREADS
-    if threads <= 0:
+    threads = web_threads()
+    if threads == 0:
         return await _on_django_thread(body, clock, token)
     run = contextvars.copy_context().run
     loop = asyncio.get_running_loop()

@@ -14,13 +14,15 @@ import json
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import Client, override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
+from resonate_project.api import web_threads
+from resonate_project.core.conf import resonate_settings
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR
@@ -918,3 +920,19 @@ def test_edge_values_are_never_a_500(
     body = json.dumps({"kind": kind, "head": {"corrId": "edge"}, "data": data})
     status, env = post_isolated(client, body)
     assert status < 500, (name, env)
+
+
+def test_the_envelope_pool_has_one_thread_on_sqlite_two_on_postgresql_unless_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RESONATE_WEB_THREADS")  # the suite runs handlers on Django's thread
+    resonate_settings.cache_clear()
+    try:
+        assert web_threads() == (1 if connection.vendor == "sqlite" else 2)
+        with override_settings(RESONATE={"WEB_THREADS": 3}):
+            assert web_threads() == 3
+        with override_settings(RESONATE={"WEB_THREADS": 0}):
+            assert web_threads() == 0
+    finally:
+        monkeypatch.undo()
+        resonate_settings.cache_clear()

@@ -25,8 +25,9 @@ class ResonateSettings:
     # Debug surface (C12): off means every debug.* answers 403 and resonate:debug_time is ignored.
     DEBUG: bool = False
     # Threads per web process serving POST / (each holds one database connection); 0 runs the
-    # handlers on Django's shared sync thread.
-    WEB_THREADS: int = 2
+    # handlers on Django's shared sync thread; -1 (the default): 1 on SQLite, whose writers queue
+    # on one lock anyway (a second thread only adds hand-offs), 2 on PostgreSQL.
+    WEB_THREADS: int = -1
     # Request limits. Larger requests answer 400 and change nothing.
     MAX_BODY_BYTES: int = 10 * 1024 * 1024
     # Searches (not in the spec; shaped like the reference server's).
