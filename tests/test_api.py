@@ -8,9 +8,13 @@ the auxiliary routes, and a fuzzer asserting no client input ever gets a 500.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import copy
+import functools
 import json
+import time
 from typing import Any
 
 import pytest
@@ -21,7 +25,7 @@ from hypothesis import strategies as st
 
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
-from resonate_project.api import web_threads
+from resonate_project.api import Handlers, web_threads
 from resonate_project.core.conf import resonate_settings
 from schedules.models import Schedule
 from tasks_app.models import Task
@@ -936,3 +940,38 @@ def test_the_envelope_pool_has_one_thread_on_sqlite_two_on_postgresql_unless_set
     finally:
         monkeypatch.undo()
         resonate_settings.cache_clear()
+
+
+def test_the_envelope_threads_answer_each_call_into_its_own_loop_errors_included() -> None:
+    handlers = Handlers(2)
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+
+    def fail() -> None:
+        raise ValueError("handler failed")
+
+    async def main() -> tuple[list[str], str]:
+        marker.set("request")
+        run = contextvars.copy_context().run
+        answers = await asyncio.gather(
+            *(handlers.run(functools.partial(str, f"call {i}")) for i in range(20))
+        )
+        with pytest.raises(ValueError, match="handler failed"):
+            await handlers.run(fail)
+        abandoned = handlers.run(lambda: time.sleep(0.05))
+        abandoned.cancel()  # its answer arrives after the cancel and is dropped
+        seen = await handlers.run(lambda: run(marker.get))
+        return answers, seen
+
+    try:
+        answers, seen = asyncio.run(main())
+        assert answers == [f"call {i}" for i in range(20)]
+        assert seen == "request"  # the request's context variables go with the call
+        assert asyncio.run(_one(handlers)) == "still serving"  # no thread was lost
+    finally:
+        handlers.stop()
+    assert not any(t.is_alive() for t in handlers._threads)
+
+
+async def _one(handlers: Handlers) -> str:
+    answer: str = await handlers.run(lambda: "still serving")
+    return answer
