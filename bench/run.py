@@ -381,32 +381,53 @@ def per_thousand(cpu: float, requests: int) -> float:
     return 1000 * cpu / requests if requests else float("nan")
 
 
+# Envelope threads per web process tried by the grid: the default on PostgreSQL (2) suits
+# one-statement requests (create+settle); the task cycle, which waits on the database longer per
+# request, has done better with 3 (README, ``WEB_THREADS``).
+WEB_THREADS = (2, 3)
+
+
+def grid_run(
+    server: Server,
+    runs: list[dict[str, Any]],
+    workload: str,
+    workers: int | None,
+    threads: int,
+    conns: int,
+    seconds: int,
+) -> None:
+    log_load(f"{workload} workers={workers} threads={threads} conns={conns}")
+    cpu = server.cpu_seconds()
+    r = wrk(server.url, workload, conns, seconds)
+    r["cpu_per_1k"] = per_thousand(server.cpu_seconds() - cpu, r["requests"])
+    r["workers"] = workers
+    r["threads"] = threads
+    runs.append(r)
+    log(
+        f"{workload:5s} workers={workers} threads={threads} conns={conns:2d}: "
+        f"{r['rps']:7.0f} req/s p50 {r['p50_ms']:6.1f} ms p99 {r['p99_ms']:6.1f} ms "
+        f"cpu {r['cpu_per_1k']:.2f} s/1k req "
+        f"non200 {r['non200']} socket errors {r['socket_errors']}"
+    )
+
+
 def http(
     db: Database, seconds: int, conns: list[int], half_seconds: int, repeats: int
 ) -> dict[str, Any]:
-    """The grid (workers x connections, one run each) finds each workload's best configuration;
-    that configuration is then run ``repeats`` times, each on a freshly started server, at full
-    rate (wrk) and at half the grid's best rate (loadgen), with the server's CPU seconds read
-    before and after each load phase."""
+    """The grid (web processes x envelope threads per process x connections, one run each)
+    finds each workload's best configuration; that configuration is then run ``repeats`` times,
+    each on a freshly started server, at full rate (wrk) and at half the grid's best rate
+    (loadgen), with the server's CPU seconds read before and after each load phase."""
     options: list[int | None] = [1, 2] if serve_has_workers() else [None]
     runs: dict[str, list[dict[str, Any]]] = {"pair": [], "cycle": []}
     for workers in options:
-        with Server(db, workers) as server:
-            wrk(server.url, "pair", 4, 2)  # warm up: connections, caches, JIT-free Python paths
-            for workload in ("pair", "cycle"):
-                for n in conns:
-                    log_load(f"{workload} workers={workers} conns={n}")
-                    cpu = server.cpu_seconds()
-                    r = wrk(server.url, workload, n, seconds)
-                    r["cpu_per_1k"] = per_thousand(server.cpu_seconds() - cpu, r["requests"])
-                    r["workers"] = workers
-                    runs[workload].append(r)
-                    log(
-                        f"{workload:5s} workers={workers} conns={n:2d}: {r['rps']:7.0f} req/s "
-                        f"p50 {r['p50_ms']:6.1f} ms p99 {r['p99_ms']:6.1f} ms "
-                        f"cpu {r['cpu_per_1k']:.2f} s/1k req "
-                        f"non200 {r['non200']} socket errors {r['socket_errors']}"
-                    )
+        for threads in WEB_THREADS:
+            env = {"RESONATE_WEB_THREADS": str(threads)}
+            with Server(db, workers, env=env) as server:
+                wrk(server.url, "pair", 4, 2)  # warm up: connections, caches, Python's paths
+                for workload in ("pair", "cycle"):
+                    for n in conns:
+                        grid_run(server, runs[workload], workload, workers, threads, n, seconds)
     out: dict[str, Any] = {"workers_option": serve_has_workers(), "runs": runs}
     for workload in ("pair", "cycle"):
         best = max(runs[workload], key=lambda r: r["rps"])
@@ -414,10 +435,12 @@ def http(
         full: list[dict[str, Any]] = []
         half: list[dict[str, Any]] = []
         for i in range(repeats):
-            with Server(db, best["workers"]) as server:
+            env = {"RESONATE_WEB_THREADS": str(best["threads"])}
+            with Server(db, best["workers"], env=env) as server:
                 wrk(server.url, "pair", 4, 2)  # warm up
                 label = f"{workload} run {i + 1}/{repeats}"
-                load = log_load(f"{label} (workers={best['workers']}, conns={best['conns']})")
+                config = f"workers={best['workers']}, threads={best['threads']}"
+                load = log_load(f"{label} ({config}, conns={best['conns']})")
                 cpu = server.cpu_seconds()
                 r = wrk(server.url, workload, best["conns"], seconds)
                 r["cpu_per_1k"] = per_thousand(server.cpu_seconds() - cpu, r["requests"])
@@ -866,6 +889,8 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         for key, label in (("pair", "2a create+settle"), ("cycle", "2b task cycle")):
             w, best, half = h[key], h[key]["best"], h[key]["half_rate"]
             workers = f", {best['workers']} worker(s)" if best["workers"] else ""
+            if best.get("threads"):
+                workers += f" x {best['threads']} thread(s)"
             rps = w["rps"]["median"]
             share = 0.35 if key == "pair" else 0.15  # issue #15's targets, of the ceiling
             target = f"≥ {share:.0%} of ceiling"
