@@ -15,6 +15,7 @@ from resonate_project.core import addresses
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.errors import Conflict, InvalidRequest, NotFound, Unprocessable
 from resonate_project.core.protocol import SETTABLE, Response, is_live, ok, promise_record
+from resonate_project.core.signals import promise_settled
 from resonate_project.core.tags import TARGET
 from resonate_project.core.wire.promises import (
     PromiseCreateReq,
@@ -27,6 +28,7 @@ from resonate_project.core.wire.promises import (
     check_search_tags,
     check_tags,
 )
+from resonate_project.engine import aio
 from resonate_project.engine import promises as transitions
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.locks import promise_for_update, promises_for_update
@@ -61,6 +63,16 @@ def promise_create(req: PromiseCreateReq, now: int) -> Response:
             return ok({"promise": promise_record(existing, now)})
     with unit_of_work(now) as fx:
         return create(req, now, fx)
+
+
+async def promise_create_on_loop(req: PromiseCreateReq, now: int) -> Response | None:
+    """P-02 for a plain promise, on the event loop (``engine.aio``): its one statement, and the
+    existing record for an id taken. None for any other promise (``promise_create`` decides)."""
+    check_tags("tags", req.tags)
+    if not transitions.is_plain(req.tags):
+        return None
+    p = await aio.create_plain(req, now) or await aio.promise_by_id(req.id)
+    return None if p is None else ok({"promise": promise_record(p, now)})
 
 
 def create(req: PromiseCreateReq, now: int, fx: Effects, locked: Promise | None = None) -> Response:
@@ -103,6 +115,17 @@ def promise_settle(req: PromiseSettleReq, now: int) -> Response:
             return ok({"promise": promise_record(plain, now)})
     with unit_of_work(now) as fx:
         return settle(req.id, req.state, req.value, now, fx)
+
+
+async def promise_settle_on_loop(req: PromiseSettleReq, now: int) -> Response | None:
+    """P-03 for a live plain promise, on the event loop (``engine.aio``). None for any other
+    (``promise_settle`` decides, the statement here having changed nothing), and while host code
+    listens for ``promise_settled``: its receivers may use the database, which the loop may not."""
+    check_settable(req.state)
+    if promise_settled.has_listeners(Promise):
+        return None
+    p = await aio.settle_plain(req.id, req.state, req.value, now)
+    return None if p is None else ok({"promise": promise_record(p, now)})
 
 
 def settle(

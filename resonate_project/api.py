@@ -25,7 +25,9 @@ from resonate_project.access.gate import forgeable
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import Response
-from resonate_project.envelope import handle_body, respond
+from resonate_project.engine.aio import loop_connections, vendor
+from resonate_project.envelope import handle_body, handle_observed, handle_on_loop, respond
+from resonate_project.observability.request import RequestObservation, request_scope
 
 # Handlers are synchronous (one transaction each). Under ASGI, Django runs every sync view on one
 # shared thread per process; the envelope runs on its own threads instead (WEB_THREADS), so
@@ -35,11 +37,13 @@ from resonate_project.envelope import handle_body, respond
 _on_django_thread = sync_to_async(handle_body, thread_sensitive=True)
 
 
-def _handle(body: bytes, clock_ms: int, bearer: str | None) -> tuple[int, bytes]:
+def _handle(
+    body: bytes, clock_ms: int, bearer: str | None, obs: RequestObservation
+) -> tuple[int, bytes]:
     # Request signals (which close stale connections) run on Django's own thread, not this one:
     # drop a connection that failed or outlived CONN_MAX_AGE before using it.
     connection.close_if_unusable_or_obsolete()
-    return handle_body(body, clock_ms, bearer)
+    return handle_observed(body, clock_ms, bearer, obs)
 
 
 def web_threads() -> int:
@@ -49,7 +53,7 @@ def web_threads() -> int:
     threads = resonate_settings().WEB_THREADS
     if threads >= 0:
         return threads
-    return 1 if connection.vendor == "sqlite" else 2
+    return 1 if vendor() == "sqlite" else 2
 
 
 type _Job = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]]
@@ -118,19 +122,26 @@ def _pool(threads: int) -> Handlers:
 
 
 async def answer(body: bytes, authorization: str | None = None) -> tuple[int, bytes]:
-    """One envelope in, one out, off the event loop; the clock is read here. ``authorization``
+    """One envelope in, one out; the clock is read here. ``authorization``
     is the request's Authorization header (a credential in ``head.auth`` takes precedence).
 
-    The handler runs on the envelope's threads (``Handlers``) with the request's context
+    Plain promise births and settlements are answered on the event loop (``engine.aio``); every
+    other handler runs on the envelope's threads (``Handlers``) with the request's context
     variables (as ``sync_to_async`` would carry them): asgiref's wrapper, built anew per request,
     was a sixth of a create+settle request's server CPU (docs/benchmarks.md, hot-path levers)."""
     clock, token = now_ms(), bearer(authorization)
     threads = web_threads()
     if threads == 0:
         return await _on_django_thread(body, clock, token)
-    run = contextvars.copy_context().run
-    result: tuple[int, bytes] = await _pool(threads).run(lambda: run(_handle, body, clock, token))
-    return result
+    with request_scope() as obs:
+        result = None
+        if loop_connections():
+            result = await handle_on_loop(body, clock, token, obs)
+        if result is None:
+            run = contextvars.copy_context().run
+            result = await _pool(threads).run(lambda: run(_handle, body, clock, token, obs))
+        obs.status = result[0]
+        return result
 
 
 def too_large() -> tuple[int, bytes]:

@@ -7,11 +7,13 @@ from typing import Any
 
 from promises.handlers import (
     promise_create,
+    promise_create_on_loop,
     promise_get,
     promise_register_callback,
     promise_register_listener,
     promise_search,
     promise_settle,
+    promise_settle_on_loop,
 )
 from resonate_project.core.protocol import Response
 from resonate_project.core.wire.promises import (
@@ -97,4 +99,11 @@ DEBUG_KINDS: dict[str, tuple[type, Handler]] = {
     "debug.reset": (DebugReq, debug_reset),
     "debug.snap": (DebugReq, debug_snap),
     "debug.tick": (DebugTickReq, debug_tick),
+}
+
+# Answered on the event loop where the database allows it (``envelope.handle_on_loop``); a
+# handler here returns None to leave the request to the one in ``KINDS``.
+LOOP_KINDS: dict[str, tuple[type, Any]] = {
+    "promise.create": (PromiseCreateReq, promise_create_on_loop),
+    "promise.settle": (PromiseSettleReq, promise_settle_on_loop),
 }

@@ -10,13 +10,14 @@ from typing import Any
 import msgspec
 from django.db import InterfaceError, OperationalError, connection
 
-from resonate_project.access.auth import authenticate
+from resonate_project.access.auth import auth_required, authenticate
+from resonate_project.access.credentials import is_service_token
 from resonate_project.access.principal import AuthError, Principal
 from resonate_project.access.rules import authorize, named_ids
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.errors import ProtocolError
 from resonate_project.core.protocol import PROTOCOL_VERSION, Response, bad_request
-from resonate_project.dispatch import DEBUG_KINDS, KINDS
+from resonate_project.dispatch import DEBUG_KINDS, KINDS, LOOP_KINDS
 from resonate_project.json_depth import depth_refusal
 from resonate_project.observability.request import RequestObservation, request_scope
 
@@ -75,14 +76,15 @@ def handle_body(body: bytes, clock_ms: int, bearer: str | None = None) -> tuple[
     """Decode one envelope, authenticate it (``head.auth``, else the ``Authorization: Bearer``
     token given as ``bearer``), run its handler at ``now``, encode the reply."""
     with request_scope() as obs:
-        status, reply = _handle_body(body, clock_ms, bearer, obs)
+        status, reply = handle_observed(body, clock_ms, bearer, obs)
         obs.status = status
         return status, reply
 
 
-def _handle_body(
+def handle_observed(
     body: bytes, clock_ms: int, bearer: str | None, obs: RequestObservation
 ) -> tuple[int, bytes]:
+    """``handle_body`` inside the caller's ``request_scope``."""
     conf = resonate_settings()
     if len(body) > conf.MAX_BODY_BYTES:
         too_big = f"request body exceeds {conf.MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"
@@ -119,6 +121,57 @@ def _handle_body(
     return respond(env.kind, corr_id, res)
 
 
+async def handle_on_loop(
+    body: bytes, clock_ms: int, bearer: str | None, obs: RequestObservation
+) -> tuple[int, bytes] | None:
+    """``handle_observed`` for the kinds answered on the event loop (``LOOP_KINDS``), with the
+    same checks, refusals and errors; None hands the request to ``handle_observed`` (on the
+    envelope's threads) unchanged: another kind, a body it refuses (it says why), a service
+    credential (checked against the database), or a handler that declined before writing."""
+    conf = resonate_settings()
+    if len(body) > conf.MAX_BODY_BYTES or depth_refusal(body):
+        return None
+    try:
+        env = _envelope_decoder.decode(body)
+    except msgspec.MsgspecError:
+        return None
+    token = env.head.get("auth", bearer)
+    if env.kind not in LOOP_KINDS or (token is not None and not isinstance(token, str)):
+        return None
+    if token and auth_required() and is_service_token(token):
+        return None
+    obs.kind = env.kind
+    corr = env.head.get("corrId", "")
+    corr_id = obs.corr_id = corr if isinstance(corr, str) else ""
+    try:
+        principal = authenticate(token, clock_ms)
+        prepared = prepare(
+            env.kind, env.head, env.data, clock_ms, conf.DEBUG, principal, obs, LOOP_KINDS
+        )
+        if isinstance(prepared, Response):
+            res = prepared
+        else:
+            handler, req, now = prepared
+            answered = await handler(req, now)
+            if answered is None:
+                return None
+            res = answered
+    except AuthError as exc:
+        res = Response(exc.status, str(exc))
+    except ProtocolError as refused:
+        res = Response(refused.status, refused.message)
+    except (OperationalError, InterfaceError) as exc:
+        code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
+        if code in RETRYABLE_SQLSTATES:
+            return None  # nothing happened: the threads run it again (and retry there)
+        log.warning("%s: database unavailable: %s", env.kind, exc)
+        res = Response(503, "database unavailable; retry the request")
+    except Exception:
+        log.exception("%s failed", env.kind)
+        res = Response(500, "internal server error")
+    return respond(env.kind, corr_id, res)
+
+
 def dispatch(
     kind: str,
     head: dict[str, Any],
@@ -130,6 +183,24 @@ def dispatch(
 ) -> Response:
     """Run one request kind; ``principal`` None means unrestricted (auth not required, or a
     trusted in-process caller). ``obs`` receives the ids the request names."""
+    prepared = prepare(kind, head, data, clock_ms, debug, principal, obs)
+    if isinstance(prepared, Response):
+        return prepared
+    return run(*prepared)
+
+
+def prepare(
+    kind: str,
+    head: dict[str, Any],
+    data: bytes | msgspec.Raw,
+    clock_ms: int,
+    debug: bool,
+    principal: Principal | None = None,
+    obs: RequestObservation | None = None,
+    kinds: dict[str, tuple[type, Any]] = KINDS,
+) -> tuple[Any, Any, int] | Response:
+    """Everything ``dispatch`` decides before the handler runs: the refusal, or the handler (from
+    ``kinds``), its decoded and authorized request, and ``now``."""
     if not isinstance(head.get("corrId", ""), str):
         return bad_request("head.corrId must be a string")
     version = head.get("version")
@@ -137,7 +208,7 @@ def dispatch(
         return bad_request(
             f"unsupported protocol version {version!r}; this server speaks {PROTOCOL_VERSION}"
         )
-    entry = KINDS.get(kind)
+    entry = kinds.get(kind)
     if entry is None:
         if kind in DEBUG_KINDS:
             if not debug:
@@ -170,7 +241,7 @@ def dispatch(
     req, refusal = authorize(kind, req, principal)
     if refusal is not None:
         return refusal
-    return run(handler, req, now)
+    return handler, req, now
 
 
 def run(handler: Any, req: Any, now: int) -> Response:

@@ -27,6 +27,7 @@ from outbox.models import Message
 from promises.models import Callback, Listener, Promise
 from resonate_project.api import Handlers, web_threads
 from resonate_project.core.conf import resonate_settings
+from resonate_project.engine.aio import loop_connections
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR
@@ -937,6 +938,23 @@ def test_the_envelope_pool_has_one_thread_on_sqlite_two_on_postgresql_unless_set
             assert web_threads() == 3
         with override_settings(RESONATE={"WEB_THREADS": 0}):
             assert web_threads() == 0
+    finally:
+        monkeypatch.undo()
+        resonate_settings.cache_clear()
+
+
+def test_plain_promises_are_answered_on_the_loop_on_postgresql_only_unless_set_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RESONATE_LOOP_CONNECTIONS", raising=False)
+    resonate_settings.cache_clear()
+    try:
+        on_postgres = connection.vendor == "postgresql"
+        assert loop_connections() == (2 if on_postgres else 0)
+        with override_settings(RESONATE={"LOOP_CONNECTIONS": 4}):
+            assert loop_connections() == (4 if on_postgres else 0)
+        with override_settings(RESONATE={"LOOP_CONNECTIONS": 0}):
+            assert loop_connections() == 0
     finally:
         monkeypatch.undo()
         resonate_settings.cache_clear()

@@ -28,6 +28,10 @@ class ResonateSettings:
     # handlers on Django's shared sync thread; -1 (the default): 1 on SQLite, whose writers queue
     # on one lock anyway (a second thread only adds hand-offs), 2 on PostgreSQL.
     WEB_THREADS: int = -1
+    # PostgreSQL connections per web process for the requests answered on its event loop (plain
+    # promise.create and promise.settle, ``engine.aio``); -1 (the default): 2; 0 sends them to
+    # the threads too. Ignored on SQLite, where every request takes the threads.
+    LOOP_CONNECTIONS: int = -1
     # Request limits. Larger requests answer 400 and change nothing.
     MAX_BODY_BYTES: int = 10 * 1024 * 1024
     # Searches (not in the spec; shaped like the reference server's).

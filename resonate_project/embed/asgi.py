@@ -26,6 +26,7 @@ from django.urls import NoReverseMatch, reverse
 from outbox import embedded, traffic
 from resonate_project.api import answer, refuse_http, too_large
 from resonate_project.core.conf import resonate_settings
+from resonate_project.engine import aio
 from resonate_project.engine.wake import celery_enabled
 
 ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
@@ -128,6 +129,7 @@ class Resonate:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await asyncio.to_thread(self.stop)
+                await aio.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

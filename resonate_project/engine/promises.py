@@ -133,8 +133,15 @@ def settle_plain(promise_id: str, state: str, value: Value, now: int) -> Promise
 def _settle_row(
     promise_id: str, state: str, value: Value, now: int, *, plain_only: bool
 ) -> Promise | None:
+    found = rows.update_returning(*_settle_where(promise_id, state, value, now, plain_only))
+    return found[0] if found else None
+
+
+def _settle_where(
+    promise_id: str, state: str, value: Value, now: int, plain_only: bool
+) -> tuple[type[Promise], dict[str, Any], str, list[Any]]:
     plain = " AND target IS NULL AND NOT external" if plain_only else ""
-    found = rows.update_returning(
+    return (
         Promise,
         {
             "state": state,
@@ -145,7 +152,17 @@ def _settle_row(
         f"id = %s AND state = 'pending' AND timeout_at > %s{plain}",
         [promise_id, now],
     )
-    return found[0] if found else None
+
+
+def settle_plain_statement(
+    promise_id: str, state: str, value: Value, now: int, db: Any
+) -> tuple[str, list[Any]]:
+    """``settle_plain``'s one statement and its parameters, for a caller with its own
+    connection (``engine.aio``; ``db``: its Django wrapper); its row, if any, is the settled
+    promise (``rows.build``)."""
+    return rows.update_returning_statement(
+        *_settle_where(promise_id, state, value, now, True), db=db
+    )
 
 
 def time_out(p: Promise, fx: Effects) -> None:

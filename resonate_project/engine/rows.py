@@ -67,14 +67,16 @@ def _instances(model: type[Model], shape: _Shape, sql: str, params: Sequence[Any
     return _build(model, shape, rows)
 
 
-def _build(model: type[Model], shape: _Shape, rows: Sequence[Any]) -> list[Any]:
+def _build(
+    model: type[Model], shape: _Shape, rows: Sequence[Any], db: Any = connection
+) -> list[Any]:
     out = []
     for row in rows:
         values = list(row)
         for i, converters, col in shape.converters:
             for convert in converters:
-                values[i] = convert(values[i], col, connection)
-        out.append(model.from_db(connection.alias, shape.names, values))
+                values[i] = convert(values[i], col, db)
+        out.append(model.from_db(db.alias, shape.names, values))
     return out
 
 
@@ -87,6 +89,18 @@ def _by_ids_sql(model: type[Model], count: int, for_update: bool) -> str:
     marks = ", ".join(["%s"] * count)
     lock = _lock() if for_update else ""
     return f"{_shape(model, connection.vendor).select} WHERE {pk} IN ({marks}) ORDER BY {pk}{lock}"
+
+
+def by_id_statement(model: type[Model], id: str) -> tuple[str, list[Any]]:
+    """``by_id``'s statement (no lock) and its parameters (its rows: ``build``)."""
+    return _by_ids_sql(model, 1, False), [id]
+
+
+def build(model: type[Model], rows: Sequence[Any], db: Any = connection) -> list[Any]:
+    """Instances of ``model`` from rows of every column in field order (the statements above),
+    with Django's converters applied. ``db``: the connection (wrapper) they came through; the
+    statement builders take it too, for a caller that cannot use this thread's (``engine.aio``)."""
+    return _build(model, _shape(model, db.vendor), rows, db)
 
 
 def by_ids(model: type[Model], ids: Sequence[str], *, for_update: bool = False) -> list[Any]:
@@ -184,22 +198,33 @@ def _insert_sql(model: type[Model], vendor: str, skip_existing: bool) -> str:
     return sql
 
 
+def insert_statement(
+    obj: Model, *, skip_existing: bool = False, db: Any = connection
+) -> tuple[str, list[Any]]:
+    """The ``INSERT`` of every column of ``obj`` and its values, prepared as ``save`` would;
+    with ``skip_existing``, ``ON CONFLICT DO NOTHING RETURNING <pk>`` (a row back: written)."""
+    model = type(obj)
+    values = [f.get_db_prep_save(f.pre_save(obj, True), db) for f in model._meta.concrete_fields]
+    return _insert_sql(model, db.vendor, skip_existing), values
+
+
+def inserted(obj: Model, db: Any = connection) -> None:
+    """Mark ``obj`` as stored (what ``save`` does after its ``INSERT``)."""
+    obj._state.adding = False
+    obj._state.db = db.alias
+
+
 def insert(obj: Model, *, skip_existing: bool = False) -> bool:
     """Insert ``obj``; with ``skip_existing``, unless its primary key exists (``ON CONFLICT DO
     NOTHING``: a concurrent creator of the same id makes this wait for its commit, then do
     nothing, so the caller can read the winner). True if the row was written."""
-    model = type(obj)
-    sql = _insert_sql(model, connection.vendor, skip_existing)
-    values = [
-        f.get_db_prep_save(f.pre_save(obj, True), connection) for f in model._meta.concrete_fields
-    ]
+    sql, values = insert_statement(obj, skip_existing=skip_existing)
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
-        inserted = cursor.fetchone() is not None if skip_existing else True
-    if inserted:
-        obj._state.adding = False
-        obj._state.db = connection.alias
-    return inserted
+        written = cursor.fetchone() is not None if skip_existing else True
+    if written:
+        inserted(obj)
+    return written
 
 
 @cache
@@ -224,19 +249,31 @@ def update_returning(
 ) -> list[Any]:
     """``UPDATE … SET <field> = <value>, … WHERE <where>`` in one statement, returning the rows
     it changed as instances (each value prepared as ``save`` would)."""
-    shape = _shape(model, connection.vendor)
-    quote = connection.ops.quote_name
+    sql, prepared = update_returning_statement(model, values, where, params)
+    return _instances(model, _shape(model, connection.vendor), sql, prepared)
+
+
+def update_returning_statement(
+    model: type[Model],
+    values: dict[str, Any],
+    where: str,
+    params: Sequence[Any],
+    db: Any = connection,
+) -> tuple[str, list[Any]]:
+    """``update_returning``'s statement and its parameters (its rows: ``build``)."""
+    shape = _shape(model, db.vendor)
+    quote = db.ops.quote_name
     fields = [model._meta.get_field(name) for name in values]
     sets = ", ".join(f"{quote(str(f.column))} = %s" for f in fields)  # type: ignore[union-attr]
     prepared = [
-        f.get_db_prep_save(value, connection)  # type: ignore[union-attr]
+        f.get_db_prep_save(value, db)  # type: ignore[union-attr]
         for f, value in zip(fields, values.values(), strict=True)
     ]
     sql = (
         f"UPDATE {quote(str(model._meta.db_table))} SET {sets} WHERE {where} "
         f"RETURNING {shape.columns}"
     )
-    return _instances(model, shape, sql, [*prepared, *params])
+    return sql, [*prepared, *params]
 
 
 def values_in_each(

@@ -1,0 +1,179 @@
+"""Plain promise transitions on the event loop: PostgreSQL through psycopg's async connections,
+without the hand-off to a thread (and back) that every other request takes.
+
+A plain promise (``promises.is_plain``: no target, not external) is born and settled by one
+statement each that enables no step, so in autocommit the statement is the whole transaction:
+the same SQL as ``engine.promises.create_plain`` and ``settle_plain``, with the same prepared
+values and the same row conversion (``engine.rows``), sent from the loop. Each event loop (one
+per web process) keeps ``LOOP_CONNECTIONS`` connections (``Connections``), opened on first use
+with the Django connection's parameters and closed by ``close`` (the ASGI lifespan's shutdown).
+A connection that fails is dropped and the next request opens its replacement; the request that
+met the failure answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import cache
+from typing import Any
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
+
+from promises.models import Promise
+from resonate_project.core.conf import resonate_settings
+from resonate_project.core.wire.promises import PromiseCreateReq, Value
+from resonate_project.engine import promises, rows
+
+# How long a request waits for one of the loop's connections before answering 503 (they are all
+# busy for far less than this unless the database is unreachable).
+WAIT_S = 10.0
+# How the loop's connections appear in pg_stat_activity.
+APPLICATION_NAME = "django-resonate loop"
+
+
+@cache
+def django_connection() -> Any:
+    """A Django wrapper of the default database for the loop's SQL building, value preparation,
+    row conversion and error translation (it never connects). Not ``connections[...]``: on an
+    event loop that is a new wrapper in every request's context."""
+    return connections.create_connection(DEFAULT_DB_ALIAS)
+
+
+def vendor() -> str:
+    return str(django_connection().vendor)
+
+
+def loop_connections() -> int:
+    """``LOOP_CONNECTIONS``: -1 (the default) is 2 on PostgreSQL; 0, or any other database,
+    turns the loop path off (every request takes the envelope's threads)."""
+    if vendor() != "postgresql":
+        return 0
+    count = resonate_settings().LOOP_CONNECTIONS
+    return 2 if count < 0 else count
+
+
+class Connections:
+    """One event loop's connections: a queue holding, for each of ``size`` slots, its idle
+    connection or None (not connected yet, or dropped after a failure), so a request takes one
+    without waiting whenever one is free, and connects a slot's replacement itself.
+
+    Not psycopg's ``AsyncConnectionPool``: its hand-out (a waiting-client object, a condition and
+    a timeout per request, and the return path's checks) cost as much server CPU per request as
+    the thread hand-off this path removes (measured, docs/benchmarks.md)."""
+
+    def __init__(self, size: int) -> None:
+        self.idle: asyncio.Queue[psycopg.AsyncConnection[Any] | None] = asyncio.Queue()
+        for _ in range(size):
+            self.idle.put_nowait(None)
+        self.closed = False
+
+    async def take(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            conn = self.idle.get_nowait()
+        except asyncio.QueueEmpty:
+            try:
+                async with asyncio.timeout(WAIT_S):
+                    conn = await self.idle.get()
+            except TimeoutError:
+                raise OperationalError(
+                    f"no database connection free within {WAIT_S:.0f} s"
+                ) from None
+        if conn is None:
+            try:
+                conn = await _connect()
+            except BaseException:
+                self.idle.put_nowait(None)
+                raise
+        return conn
+
+    def give_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Return ``conn`` to its slot, or close it and leave the slot empty: when a failure
+        broke it or left a statement running (a cancelled request), or once closed."""
+        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if idle and not conn.broken and not self.closed:
+            self.idle.put_nowait(conn)
+            return
+        self.idle.put_nowait(None)
+        closing = asyncio.get_running_loop().create_task(conn.close())
+        _closing.add(closing)
+        closing.add_done_callback(_closing.discard)
+
+    async def close(self) -> None:
+        self.closed = True
+        while not self.idle.empty():
+            conn = self.idle.get_nowait()
+            if conn is not None:
+                await conn.close()
+
+
+async def _connect() -> psycopg.AsyncConnection[Any]:
+    """A connection with the Django connection's parameters (its adapters, so JSON arrives as
+    text for the fields' own decoders), binding values on the client as Django's cursors do, in
+    autocommit, as the role Django assumes if it is set to assume one; named
+    ``APPLICATION_NAME`` unless the database's OPTIONS name one."""
+    wrapper = django_connection()
+    params = wrapper.get_connection_params()
+    params["cursor_factory"] = psycopg.AsyncClientCursor
+    params["autocommit"] = True
+    params.setdefault("application_name", APPLICATION_NAME)  # unless OPTIONS names one
+    conn = await psycopg.AsyncConnection.connect(**params)
+    if role := wrapper.settings_dict["OPTIONS"].get("assume_role"):
+        await conn.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role)))
+    return conn
+
+
+_loops: dict[asyncio.AbstractEventLoop, Connections] = {}
+_closing: set[asyncio.Task[None]] = set()
+
+
+def _connections() -> Connections:
+    loop = asyncio.get_running_loop()
+    found = _loops.get(loop)
+    if found is None:
+        found = _loops[loop] = Connections(loop_connections())
+    return found
+
+
+async def close() -> None:
+    """Close this event loop's connections (the ASGI lifespan's shutdown); a no-op if it has
+    none. A connection still in use is closed when its request gives it back."""
+    found = _loops.pop(asyncio.get_running_loop(), None)
+    if found is not None:
+        await found.close()
+
+
+async def _rows(sql: str, params: list[Any]) -> list[Any]:
+    """The statement's rows; the driver's errors raised as Django's (``OperationalError`` for an
+    unreachable database or no free connection within ``WAIT_S``), as on the threads."""
+    pool = _connections()
+    with django_connection().wrap_database_errors:
+        conn = await pool.take()
+        try:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchall() if cursor.description is not None else []
+        finally:
+            pool.give_back(conn)
+
+
+async def create_plain(req: PromiseCreateReq, now: int) -> Promise | None:
+    """``engine.promises.create_plain`` on the loop: the new promise, or None if the id exists."""
+    p, db = promises.new_promise(req, now), django_connection()
+    sql, values = rows.insert_statement(p, skip_existing=True, db=db)
+    if not await _rows(sql, values):
+        return None
+    rows.inserted(p, db)
+    return p
+
+
+async def settle_plain(promise_id: str, state: str, value: Value, now: int) -> Promise | None:
+    """``engine.promises.settle_plain`` on the loop: the settled promise, or None unless it was
+    live at ``now`` and plain."""
+    db = django_connection()
+    found = await _rows(*promises.settle_plain_statement(promise_id, state, value, now, db))
+    return rows.build(Promise, found, db)[0] if found else None
+
+
+async def promise_by_id(promise_id: str) -> Promise | None:
+    found = await _rows(*rows.by_id_statement(Promise, promise_id))
+    return rows.build(Promise, found, django_connection())[0] if found else None
