@@ -25,7 +25,7 @@ from resonate_project.access.gate import forgeable
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import Response
-from resonate_project.engine.aio import loop_connections, vendor
+from resonate_project.engine.aio import serving, vendor
 from resonate_project.envelope import handle_body, handle_observed, handle_on_loop, respond
 from resonate_project.observability.request import RequestObservation, request_scope
 
@@ -135,7 +135,7 @@ async def answer(body: bytes, authorization: str | None = None) -> tuple[int, by
         return await _on_django_thread(body, clock, token)
     with request_scope() as obs:
         result = None
-        if loop_connections():
+        if serving():
             result = await handle_on_loop(body, clock, token, obs)
         if result is None:
             run = contextvars.copy_context().run

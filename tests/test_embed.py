@@ -11,7 +11,9 @@ import sys
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 from django.test import Client, override_settings
 
 from promises.models import Promise
@@ -183,7 +185,14 @@ def asgi(app: Any, method: str, path: str, body: bytes = b"") -> tuple[int, byte
     headers = [(b"host", b"localhost"), (b"content-type", b"application/json")]
     scope = {"type": "http", "method": method, "path": path, "headers": headers}
     asyncio.run(app(scope, receive, send))
+    # The handler ran on asgiref's shared sync thread (WEB_THREADS=0 here): close that thread's
+    # connection, or the test database cannot be dropped at the end of the run.
+    asyncio.run(sync_to_async(close_connection, thread_sensitive=True)())
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def close_connection() -> None:
+    connection.close()
 
 
 @pytest.mark.django_db(transaction=True)

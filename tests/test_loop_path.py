@@ -85,6 +85,7 @@ def serve(*bodies: bytes, auth: str | None = None) -> list[tuple[int, Any]]:
 
     async def main() -> list[tuple[int, Any]]:
         out = []
+        aio.start()  # as the ASGI lifespan's startup does
         try:
             for body in bodies:
                 status, reply = await api.answer(body, auth)
@@ -188,6 +189,7 @@ def test_a_dropped_database_connection_is_a_503_and_the_next_requests_succeed(
 ) -> None:
     async def main() -> list[int]:
         statuses = []
+        aio.start()
         try:
             for i in range(2):  # both of the loop's connections open
                 await asyncio.gather(*(api.answer(create(f"warm{i}-{k}")) for k in range(4)))
@@ -220,7 +222,26 @@ def terminate_loop_backends() -> None:
         connection.close()  # this thread's own
 
 
-def test_the_lifespan_shutdown_closes_the_loops_connections(threads: CountingHandlers) -> None:
+def test_a_loop_without_the_lifespan_sends_every_request_to_the_threads(
+    threads: CountingHandlers,
+) -> None:
+    """Django's async view under WSGI runs each request in an event loop of its own: such a loop
+    gets no connections (they would outlive it), so its requests take the threads."""
+
+    async def one(body: bytes) -> int:
+        status, _ = await api.answer(body)
+        return status
+
+    assert asyncio.run(one(create("w1"))) == 200
+    assert asyncio.run(one(settle("w1"))) == 200
+    assert threads.calls == 2
+    assert backends() == 0
+    assert Promise.objects.get(id="w1").state == "resolved"
+
+
+def test_the_lifespan_gives_the_loop_its_connections_and_closes_them(
+    threads: CountingHandlers,
+) -> None:
     app = wrap(lambda *args: None, steps=False)
     app.start = app.stop = lambda: None  # type: ignore[method-assign]  # no flusher thread here
 

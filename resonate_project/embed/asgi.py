@@ -11,7 +11,8 @@ For the app's lifespan (uvicorn, hypercorn and granian send its events) the wrap
 with no Celery broker configured, the internal steps (timeouts, timers, retries, schedules) and
 HTTP push in threads of this process; several processes may do so at once, since every step and
 drain claims its rows (``SKIP LOCKED`` on PostgreSQL, the write lock on SQLite). With a broker,
-Celery beat and workers run them.
+Celery beat and workers run them. On PostgreSQL the lifespan also gives the event loop its own
+connections for plain promises (``engine.aio.start``; closed at shutdown).
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class Resonate:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 await asyncio.to_thread(self.start)
+                aio.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await asyncio.to_thread(self.stop)

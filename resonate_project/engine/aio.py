@@ -5,8 +5,9 @@ A plain promise (``promises.is_plain``: no target, not external) is born and set
 statement each that enables no step, so in autocommit the statement is the whole transaction:
 the same SQL as ``engine.promises.create_plain`` and ``settle_plain``, with the same prepared
 values and the same row conversion (``engine.rows``), sent from the loop. Each event loop (one
-per web process) keeps ``LOOP_CONNECTIONS`` connections (``Connections``), opened on first use
-with the Django connection's parameters and closed by ``close`` (the ASGI lifespan's shutdown).
+per web process, from the ASGI lifespan's startup, ``start``) keeps ``LOOP_CONNECTIONS``
+connections (``Connections``), each opened on first use with the Django connection's parameters
+and closed by ``close`` (the lifespan's shutdown).
 A connection that fails is dropped and the next request opens its replacement; the request that
 met the failure answers 503.
 """
@@ -123,16 +124,24 @@ async def _connect() -> psycopg.AsyncConnection[Any]:
     return conn
 
 
+# The event loops of served applications (from the ASGI lifespan's startup to its shutdown).
 _loops: dict[asyncio.AbstractEventLoop, Connections] = {}
 _closing: set[asyncio.Task[None]] = set()
 
 
-def _connections() -> Connections:
-    loop = asyncio.get_running_loop()
-    found = _loops.get(loop)
-    if found is None:
-        found = _loops[loop] = Connections(loop_connections())
-    return found
+def start() -> None:
+    """Answer plain promises on this event loop from now on (the ASGI lifespan's startup): only
+    a loop that lives as long as the application gets connections of its own. Elsewhere (a
+    server without lifespan events; Django's async view under WSGI, which runs each request in a
+    loop of its own) every request takes the threads. A no-op where ``loop_connections()`` is 0."""
+    size = loop_connections()
+    if size:
+        _loops.setdefault(asyncio.get_running_loop(), Connections(size))
+
+
+def serving() -> bool:
+    """Whether ``start`` was called on the running event loop (and ``close`` not yet)."""
+    return asyncio.get_running_loop() in _loops
 
 
 async def close() -> None:
@@ -144,9 +153,10 @@ async def close() -> None:
 
 
 async def _rows(sql: str, params: list[Any]) -> list[Any]:
-    """The statement's rows; the driver's errors raised as Django's (``OperationalError`` for an
-    unreachable database or no free connection within ``WAIT_S``), as on the threads."""
-    pool = _connections()
+    """The statement's rows (on a loop that ``start`` was called on); the driver's errors raised
+    as Django's (``OperationalError`` for an unreachable database or no free connection within
+    ``WAIT_S``), as on the threads."""
+    pool = _loops[asyncio.get_running_loop()]
     with django_connection().wrap_database_errors:
         conn = await pool.take()
         try:
