@@ -58,6 +58,7 @@ from tasks_app.handlers import (
     task_continue,
     task_create,
     task_fence,
+    task_fence_on_loop,
     task_fulfill,
     task_get,
     task_halt,
@@ -106,4 +107,5 @@ DEBUG_KINDS: dict[str, tuple[type, Handler]] = {
 LOOP_KINDS: dict[str, tuple[type, Any]] = {
     "promise.create": (PromiseCreateReq, promise_create_on_loop),
     "promise.settle": (PromiseSettleReq, promise_settle_on_loop),
+    "task.fence": (TaskFenceReq, task_fence_on_loop),
 }

@@ -292,3 +292,123 @@ def backends_settled(expected: int, wait_s: float = 10.0) -> int:
     while (count := backends()) != expected and time.monotonic() < deadline:
         time.sleep(0.05)
     return count
+
+
+# --- task.fence with a plain inner action -------------------------------------------------------
+
+
+def root_tags(root: str, scope: str, target: bool) -> dict[str, str]:
+    """Tags as the Python SDK writes them for a workflow (target) and its ctx.run steps."""
+    tags = {
+        "resonate:origin": root,
+        "resonate:branch": root,
+        "resonate:parent": root,
+        "resonate:scope": scope,
+    }
+    if target:
+        tags["resonate:target"] = "poll://any@workers"
+    return tags
+
+
+def action_create(id: str, root: str, target: bool = False) -> dict[str, Any]:
+    param = {"headers": {}, "data": "e30="}
+    data = {"id": id, "timeoutAt": FAR, "param": param, "tags": root_tags(root, "local", target)}
+    return {"kind": "promise.create", "head": {"corrId": "inner"}, "data": data}
+
+
+def action_settle(id: str, state: str = "resolved") -> dict[str, Any]:
+    data = {"id": id, "state": state, "value": {"headers": {}, "data": "eA=="}}
+    return {"kind": "promise.settle", "head": {"corrId": "inner"}, "data": data}
+
+
+def fence(root: str, action: dict[str, Any], version: int = 1) -> bytes:
+    return envelope("task.fence", id=root, version=version, action=action)
+
+
+def cycle(root: str) -> list[bytes]:
+    """The SDK-shaped workflow of bench/lua/task_cycle.lua: two ctx.run steps, then done."""
+    create_root = action_create(root, root, target=True)
+    create_root["data"]["tags"]["resonate:scope"] = "global"
+    return [
+        envelope("task.create", pid="w", ttl=60_000, action=create_root),
+        fence(root, action_create(f"{root}:1", root)),
+        fence(root, action_settle(f"{root}:1")),
+        fence(root, action_create(f"{root}:2", root)),
+        fence(root, action_settle(f"{root}:2")),
+        envelope("task.fulfill", id=root, version=1, action=action_settle(root)),
+    ]
+
+
+def shape(answers: list[tuple[int, Any]], root: str) -> list[Any]:
+    """What a client reads from each answer, with the run's own ids and clock taken out."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("createdAt", "settledAt")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        if isinstance(value, str):
+            return value.replace(root, "ROOT")
+        return value
+
+    return [(status, strip(data)) for status, data in answers]
+
+
+def test_a_fenced_plain_step_answers_on_the_loop_exactly_as_on_the_threads(
+    threads: CountingHandlers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_loop = serve(*cycle("wf-loop"))
+    assert threads.calls == 2  # task.create and task.fulfill; the four fences on the loop
+    monkeypatch.setenv("RESONATE_LOOP_CONNECTIONS", "0")
+    resonate_settings.cache_clear()
+    on_threads = serve(*cycle("wf-threads"))
+    assert threads.calls == 2 + 6
+    assert shape(on_loop, "wf-loop") == shape(on_threads, "wf-threads")
+    second_create = on_loop[3][1]
+    assert second_create["action"]["head"]["status"] == 200
+    # The branch as it stands after the write: the settled first step, the new second.
+    preloaded = [(r["id"], r["state"]) for r in second_create["preload"]]
+    assert preloaded == [("wf-loop:1", "resolved"), ("wf-loop:2", "pending")]
+    stored = dict(Promise.objects.filter(id__startswith="wf-loop").values_list("id", "state"))
+    assert stored == {"wf-loop": "resolved", "wf-loop:1": "resolved", "wf-loop:2": "resolved"}
+
+
+def test_a_fence_refused_on_the_loop_writes_nothing(threads: CountingHandlers) -> None:
+    steps = cycle("wf")
+    answers = serve(
+        steps[0],
+        fence("wf", action_create("wf:1", "wf"), version=7),  # 409: wrong version
+        fence("nobody", action_create("wf:2", "wf")),  # 404: no such task
+        fence("wf", action_settle("wf:3")),  # inner 404: no such promise
+        fence("wf", action_create("wf:4", "wf")),
+        fence("wf", action_settle("wf:4", "bogus")),  # inner 400: bad state
+    )
+    statuses = [status for status, _ in answers]
+    assert statuses == [200, 409, 404, 200, 200, 200]
+    assert "version mismatch" in answers[1][1]
+    assert answers[2][1] == "task not found"
+    assert answers[3][1]["action"]["head"]["status"] == 404
+    assert answers[5][1]["action"]["head"]["status"] == 400
+    assert "state must be one of" in answers[5][1]["action"]["data"]
+    assert threads.calls == 1  # task.create only
+    assert set(Promise.objects.values_list("id", flat=True)) == {"wf", "wf:4"}
+    assert Promise.objects.get(id="wf:4").state == "pending"
+
+
+def test_a_fence_on_a_promise_that_is_not_plain_is_left_to_the_threads(
+    threads: CountingHandlers,
+) -> None:
+    steps = cycle("wf")
+    external = action_create("wf:ext", "wf")
+    external["data"]["tags"]["resonate:scope"] = "global"  # an SDK promise awaited externally
+    answers = serve(
+        steps[0],
+        fence("wf", action_create("wf:child", "wf", target=True)),  # an rpc: gets a task
+        fence("wf", external),
+        fence("wf", action_settle("wf:ext")),
+    )
+    assert [status for status, _ in answers] == [200] * 4
+    assert [a["action"]["head"]["status"] for _, a in answers[1:]] == [200] * 3
+    assert Task.objects.filter(pk="wf:child").exists()
+    assert Promise.objects.get(id="wf:ext").state == "resolved"
+    assert threads.calls == 4  # task.create and each of the three fences

@@ -15,6 +15,8 @@ met the failure answers 503.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
 from functools import cache
 from typing import Any
 
@@ -25,6 +27,7 @@ from promises.models import Promise
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.wire.promises import PromiseCreateReq, Value
 from resonate_project.engine import promises, rows
+from tasks_app.models import Task
 
 # How long a request waits for one of the loop's connections before answering 503 (they are all
 # busy for far less than this unless the database is unreachable).
@@ -187,3 +190,98 @@ async def settle_plain(promise_id: str, state: str, value: Value, now: int) -> P
 async def promise_by_id(promise_id: str) -> Promise | None:
     found = await _rows(*rows.by_id_statement(Promise, promise_id))
     return rows.build(Promise, found, django_connection())[0] if found else None
+
+
+# --- a transaction on the loop (task.fence with a plain inner action) ---------------------------
+
+
+class HandOff(Exception):
+    """Raised inside ``transaction()`` when the loop leaves a request to the threads after all:
+    the transaction rolls back, having changed nothing."""
+
+
+class Transaction:
+    """Statements of one transaction on one of the loop's connections. The ``BEGIN`` goes out
+    with the first statements and the ``COMMIT`` with the last (``commit_with``), each batch one
+    query string, one round trip (as ``rows.each``: under READ COMMITTED each statement of a
+    string takes its own snapshot when it starts)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+        self.begun = False
+        self.done = False
+
+    async def each(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+        """Run these statements in order; each one's rows."""
+        batch = list(statements)
+        lead = 0 if self.begun else 1
+        if not self.begun:
+            batch.insert(0, ("BEGIN", []))
+            self.begun = True
+        return (await _batch(self.conn, batch))[lead:]
+
+    async def commit_with(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
+        """Run these statements, then commit, in the same round trip; each one's rows."""
+        found = await self.each([*statements, ("COMMIT", [])])
+        self.done = True
+        return found[:-1]
+
+
+async def _batch(
+    conn: psycopg.AsyncConnection[Any], statements: list[tuple[str, Sequence[Any]]]
+) -> list[list[Any]]:
+    sql = "; ".join(sql for sql, _ in statements)
+    cursor = await conn.execute(sql, [value for _, params in statements for value in params])
+    out = [await cursor.fetchall() if cursor.description is not None else []]
+    while cursor.nextset():
+        out.append(await cursor.fetchall() if cursor.description is not None else [])
+    return out
+
+
+@asynccontextmanager
+async def transaction() -> AsyncIterator[Transaction]:
+    """``async with transaction() as tx:`` one transaction on a connection of this loop; an
+    exception (a refusal, ``HandOff``) rolls it back. The caller ends it with ``commit_with``;
+    a block that returns without it commits with nothing more."""
+    pool = _loops[asyncio.get_running_loop()]
+    with django_connection().wrap_database_errors:
+        conn = await pool.take()
+        tx = Transaction(conn)
+        try:
+            yield tx
+            if tx.begun and not tx.done:
+                await tx.commit_with([])
+        except BaseException:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                # Failing, the connection is dropped instead (give_back: not idle).
+                with suppress(Exception):
+                    await conn.execute("ROLLBACK")
+            raise
+        finally:
+            pool.give_back(conn)
+
+
+async def tasks_for_update(tx: Transaction, ids: list[str]) -> dict[str, tuple[Task | None, Any]]:
+    """``engine.locks.tasks_for_update`` in ``tx``: the promises locked in id order, and their
+    tasks read after the locks are held, in one round trip."""
+    db = django_connection()
+    wanted = sorted(set(ids))
+    locked, read = await tx.each(rows.locked_with_statements(Promise, wanted, Task, db))
+    tasks = {t.pk: t for t in rows.build(Task, read, db)}
+    return {p.id: (tasks.get(p.id), p) for p in rows.build(Promise, locked, db)}
+
+
+async def create_plain_in(tx: Transaction, req: PromiseCreateReq, now: int) -> Promise | None:
+    """``create_plain`` in ``tx``: the new promise, or None if its id exists."""
+    p, db = promises.new_promise(req, now), django_connection()
+    (written,) = await tx.each([rows.insert_statement(p, skip_existing=True, db=db)])
+    if not written:
+        return None
+    rows.inserted(p, db)
+    return p
+
+
+async def settle_locked(tx: Transaction, p: Promise, state: str, value: Value, now: int) -> None:
+    """``engine.promises.settle`` of a plain promise ``tx`` holds locked (no task to fulfil)."""
+    fields = promises.apply_settlement(p, state, value, now)
+    await tx.each([rows.update_statement(p, fields, django_connection())])

@@ -76,11 +76,7 @@ def settle(
 ) -> None:
     """Store a settlement and fulfil the promise's task in the same transaction (§1.7).
     ``task``: the promise's task when the caller already read it under the lock."""
-    p.state = state
-    p.value_headers = value.headers if value is not None else None
-    p.value_data = value.data if value is not None else None
-    p.settled_at = settled_at
-    rows.update(p, ["state", "value_headers", "value_data", "settled_at"])
+    rows.update(p, apply_settlement(p, state, value, settled_at))
     if p.target is not None:
         if task is None:
             task = Task.objects.filter(pk=p.id).first()
@@ -88,6 +84,18 @@ def settle(
             fulfil(task)
             fx.completed_task(task)
     fx.settled_promise(p)
+
+
+SETTLEMENT_FIELDS = ["state", "value_headers", "value_data", "settled_at"]
+
+
+def apply_settlement(p: Promise, state: str, value: Value | None, settled_at: int) -> list[str]:
+    """Set ``p``'s settlement fields (in memory); returns their names, for the row update."""
+    p.state = state
+    p.value_headers = value.headers if value is not None else None
+    p.value_data = value.data if value is not None else None
+    p.settled_at = settled_at
+    return SETTLEMENT_FIELDS
 
 
 def settle_if_live(
@@ -106,6 +114,11 @@ def settle_if_live(
             fx.completed_task(task)
     fx.settled_promise(p)
     return p
+
+
+def is_plain_promise(p: Promise) -> bool:
+    """``is_plain`` for a stored promise."""
+    return p.target is None and not p.external
 
 
 def is_plain(tags: dict[str, str]) -> bool:

@@ -54,11 +54,6 @@ def _shape(model: type[Model], vendor: str) -> _Shape:
     )
 
 
-def _fetch(model: type[Model], where: str, params: Sequence[Any], tail: str = "") -> list[Any]:
-    shape = _shape(model, connection.vendor)
-    return _instances(model, shape, f"{shape.select} WHERE {where}{tail}", params)
-
-
 def _instances(model: type[Model], shape: _Shape, sql: str, params: Sequence[Any]) -> list[Any]:
     """Run ``sql`` (which yields every column in field order) and build the instances."""
     with connection.cursor() as cursor:
@@ -85,10 +80,26 @@ def _lock() -> str:
 
 
 def _by_ids_sql(model: type[Model], count: int, for_update: bool) -> str:
+    return _by_ids_sql_for(model, connection.vendor, count, for_update)
+
+
+@cache
+def _by_ids_sql_for(model: type[Model], vendor: str, count: int, for_update: bool) -> str:
     pk = connection.ops.quote_name(str(model._meta.pk.column))
     marks = ", ".join(["%s"] * count)
     lock = _lock() if for_update else ""
-    return f"{_shape(model, connection.vendor).select} WHERE {pk} IN ({marks}) ORDER BY {pk}{lock}"
+    return f"{_shape(model, vendor).select} WHERE {pk} IN ({marks}) ORDER BY {pk}{lock}"
+
+
+def locked_with_statements(
+    model: type[Model], ids: Sequence[str], other: type[Model], db: Any = connection
+) -> list[tuple[str, list[Any]]]:
+    """``locked_with``'s two statements (for a caller with its own connection: ``engine.aio``);
+    their rows: ``build(model, …)`` and ``build(other, …)``."""
+    return [
+        (_by_ids_sql_for(model, db.vendor, len(ids), True), list(ids)),
+        (_by_ids_sql_for(other, db.vendor, len(ids), False), list(ids)),
+    ]
 
 
 def by_id_statement(model: type[Model], id: str) -> tuple[str, list[Any]]:
@@ -120,14 +131,8 @@ def locked_with(
     ``engine.locks``). Both go in one round trip on PostgreSQL (``each``)."""
     if not ids:
         return [], []
-    first, second = _shape(model, connection.vendor), _shape(other, connection.vendor)
-    locked, read = each(
-        [
-            (_by_ids_sql(model, len(ids), True), list(ids)),
-            (_by_ids_sql(other, len(ids), False), list(ids)),
-        ]
-    )
-    return _build(model, first, locked), _build(other, second, read)
+    locked, read = each(locked_with_statements(model, ids, other))
+    return build(model, locked), build(other, read)
 
 
 def each(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[list[Any]]:
@@ -179,10 +184,29 @@ def by_column(
     model: type[Model], column: str, value: Any, *, exclude_id: str, limit: int
 ) -> list[Any]:
     """Rows with ``column = value``, but not ``exclude_id``, in key order, at most ``limit``."""
+    sql, params = by_column_statement(model, column, value, exclude_id=exclude_id, limit=limit)
+    return _instances(model, _shape(model, connection.vendor), sql, params)
+
+
+def by_column_statement(
+    model: type[Model],
+    column: str,
+    value: Any,
+    *,
+    exclude_id: str,
+    limit: int,
+    db: Any = connection,
+) -> tuple[str, list[Any]]:
+    """``by_column``'s statement and its parameters (its rows: ``build``)."""
+    return _by_column_sql(model, db.vendor, column, int(limit)), [value, exclude_id]
+
+
+@cache
+def _by_column_sql(model: type[Model], vendor: str, column: str, limit: int) -> str:
     quote = connection.ops.quote_name
     pk = quote(str(model._meta.pk.column))
     where = f"{quote(column)} = %s AND {pk} <> %s"
-    return _fetch(model, where, [value, exclude_id], f" ORDER BY {pk} LIMIT {int(limit)}")
+    return f"{_shape(model, vendor).select} WHERE {where} ORDER BY {pk} LIMIT {limit}"
 
 
 @cache
@@ -238,10 +262,17 @@ def _update_sql(model: type[Model], vendor: str, names: tuple[str, ...]) -> tupl
 
 def update(obj: Model, fields: Sequence[str]) -> None:
     """Write these fields of ``obj`` to its row (``save(update_fields=fields)``)."""
-    sql, concrete = _update_sql(type(obj), connection.vendor, tuple(fields))
-    values = [f.get_db_prep_save(f.pre_save(obj, False), connection) for f in concrete]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*values, obj.pk])
+        cursor.execute(*update_statement(obj, fields))
+
+
+def update_statement(
+    obj: Model, fields: Sequence[str], db: Any = connection
+) -> tuple[str, list[Any]]:
+    """``update``'s statement and its parameters."""
+    sql, concrete = _update_sql(type(obj), db.vendor, tuple(fields))
+    values = [f.get_db_prep_save(f.pre_save(obj, False), db) for f in concrete]
+    return sql, [*values, obj.pk]
 
 
 def update_returning(
