@@ -26,7 +26,15 @@ from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import Response
 from resonate_project.engine.aio import serving, vendor
-from resonate_project.envelope import handle_body, handle_observed, handle_on_loop, respond
+from resonate_project.envelope import (
+    Envelope,
+    handle,
+    handle_body,
+    handle_on_loop,
+    on_loop,
+    parse,
+    respond,
+)
 from resonate_project.observability.request import RequestObservation, request_scope
 
 # Handlers are synchronous (one transaction each). Under ASGI, Django runs every sync view on one
@@ -38,12 +46,12 @@ _on_django_thread = sync_to_async(handle_body, thread_sensitive=True)
 
 
 def _handle(
-    body: bytes, clock_ms: int, bearer: str | None, obs: RequestObservation
+    env: Envelope, clock_ms: int, bearer: str | None, obs: RequestObservation
 ) -> tuple[int, bytes]:
     # Request signals (which close stale connections) run on Django's own thread, not this one:
     # drop a connection that failed or outlived CONN_MAX_AGE before using it.
     connection.close_if_unusable_or_obsolete()
-    return handle_observed(body, clock_ms, bearer, obs)
+    return handle(env, clock_ms, bearer, obs)
 
 
 def web_threads() -> int:
@@ -134,12 +142,18 @@ async def answer(body: bytes, authorization: str | None = None) -> tuple[int, by
     if threads == 0:
         return await _on_django_thread(body, clock, token)
     with request_scope() as obs:
-        result = None
-        if serving():
-            result = await handle_on_loop(body, clock, token, obs)
-        if result is None:
+        parsed = parse(body)  # once, here: the threads get the envelope
+        if isinstance(parsed, tuple):
+            obs.status = parsed[0]
+            return parsed
+        env = parsed
+        answered = None
+        if serving() and on_loop(env, token):
+            answered = await handle_on_loop(env, clock, token, obs)
+        if answered is None:
             run = contextvars.copy_context().run
-            result = await _pool(threads).run(lambda: run(_handle, body, clock, token, obs))
+            answered = await _pool(threads).run(lambda: run(_handle, env, clock, token, obs))
+        result: tuple[int, bytes] = answered
         obs.status = result[0]
         return result
 

@@ -76,15 +76,17 @@ def handle_body(body: bytes, clock_ms: int, bearer: str | None = None) -> tuple[
     """Decode one envelope, authenticate it (``head.auth``, else the ``Authorization: Bearer``
     token given as ``bearer``), run its handler at ``now``, encode the reply."""
     with request_scope() as obs:
-        status, reply = handle_observed(body, clock_ms, bearer, obs)
+        parsed = parse(body)
+        status, reply = (
+            parsed if isinstance(parsed, tuple) else handle(parsed, clock_ms, bearer, obs)
+        )
         obs.status = status
         return status, reply
 
 
-def handle_observed(
-    body: bytes, clock_ms: int, bearer: str | None, obs: RequestObservation
-) -> tuple[int, bytes]:
-    """``handle_body`` inside the caller's ``request_scope``."""
+def parse(body: bytes) -> Envelope | tuple[int, bytes]:
+    """The envelope, or the reply refusing the body: too large (413), too deep, not JSON or not
+    an envelope (400)."""
     conf = resonate_settings()
     if len(body) > conf.MAX_BODY_BYTES:
         too_big = f"request body exceeds {conf.MAX_BODY_BYTES} bytes (MAX_BODY_BYTES)"
@@ -92,61 +94,77 @@ def handle_observed(
     if too_deep := depth_refusal(body):
         return respond("", "", bad_request(too_deep))
     try:
-        env = _envelope_decoder.decode(body)
+        env: Envelope = _envelope_decoder.decode(body)
     except msgspec.ValidationError as exc:
         kind = _guess_kind(body)
         return respond(kind, "", bad_request(f"invalid envelope: {exc}"))
     except msgspec.DecodeError as exc:
         return respond("", "", bad_request(f"request body is not valid JSON: {exc}"))
+    return env
+
+
+def _observe(env: Envelope, bearer: str | None, obs: RequestObservation) -> tuple[str, Any]:
+    """The request's corrId ("" unless a string) and its token, noted in ``obs``."""
     obs.kind = env.kind
     corr = env.head.get("corrId", "")
-    corr_id = obs.corr_id = corr if isinstance(corr, str) else ""
-    token = env.head.get("auth", bearer)
+    obs.corr_id = corr if isinstance(corr, str) else ""
+    return obs.corr_id, env.head.get("auth", bearer)
+
+
+def _failure(kind: str, exc: Exception) -> Response:
+    """The reply to a request that raised instead of answering."""
+    if isinstance(exc, AuthError):
+        return Response(exc.status, str(exc))
+    if isinstance(exc, ProtocolError):
+        return Response(exc.status, exc.message)
+    if isinstance(exc, OperationalError | InterfaceError):
+        # The database is unreachable or restarting: nothing was committed, and the same request
+        # can be sent again. 503 says so (500 would say the server is broken).
+        log.warning("%s: database unavailable: %s", kind, exc)
+        return Response(503, "database unavailable; retry the request")
+    log.exception("%s failed", kind, exc_info=exc)
+    return Response(500, "internal server error")
+
+
+def handle(
+    env: Envelope, clock_ms: int, bearer: str | None, obs: RequestObservation
+) -> tuple[int, bytes]:
+    """``handle_body`` for a parsed envelope, inside the caller's ``request_scope``."""
+    corr_id, token = _observe(env, bearer, obs)
     if token is not None and not isinstance(token, str):
         return respond(env.kind, corr_id, bad_request("head.auth must be a string"))
     try:
         principal = authenticate(token, clock_ms)
-        res = dispatch(env.kind, env.head, env.data, clock_ms, conf.DEBUG, principal, obs)
-    except AuthError as exc:
-        res = Response(exc.status, str(exc))
-    except (OperationalError, InterfaceError) as exc:
-        # The database is unreachable or restarting: nothing was committed, and the same request
-        # can be sent again. 503 says so (500 would say the server is broken).
-        log.warning("%s: database unavailable: %s", env.kind, exc)
-        connection.close_if_unusable_or_obsolete()
-        res = Response(503, "database unavailable; retry the request")
-    except Exception:
-        log.exception("%s failed", env.kind)
-        res = Response(500, "internal server error")
+        debug = resonate_settings().DEBUG
+        res = dispatch(env.kind, env.head, env.data, clock_ms, debug, principal, obs)
+    except Exception as exc:
+        if isinstance(exc, OperationalError | InterfaceError):
+            connection.close_if_unusable_or_obsolete()
+        res = _failure(env.kind, exc)
     return respond(env.kind, corr_id, res)
 
 
-async def handle_on_loop(
-    body: bytes, clock_ms: int, bearer: str | None, obs: RequestObservation
-) -> tuple[int, bytes] | None:
-    """``handle_observed`` for the kinds answered on the event loop (``LOOP_KINDS``), with the
-    same checks, refusals and errors; None hands the request to ``handle_observed`` (on the
-    envelope's threads) unchanged: another kind, a body it refuses (it says why), a service
-    credential (checked against the database), or a handler that declined before writing."""
-    conf = resonate_settings()
-    if len(body) > conf.MAX_BODY_BYTES or depth_refusal(body):
-        return None
-    try:
-        env = _envelope_decoder.decode(body)
-    except msgspec.MsgspecError:
-        return None
+def on_loop(env: Envelope, bearer: str | None) -> bool:
+    """Whether ``handle_on_loop`` may answer this envelope: its kind is in ``LOOP_KINDS`` and its
+    credential, if any, needs no database (a service credential is looked up; a JWT is not)."""
     token = env.head.get("auth", bearer)
     if env.kind not in LOOP_KINDS or (token is not None and not isinstance(token, str)):
-        return None
-    if token and auth_required() and is_service_token(token):
-        return None
-    obs.kind = env.kind
-    corr = env.head.get("corrId", "")
-    corr_id = obs.corr_id = corr if isinstance(corr, str) else ""
+        return False
+    return not (token and auth_required() and is_service_token(token))
+
+
+async def handle_on_loop(
+    env: Envelope, clock_ms: int, bearer: str | None, obs: RequestObservation
+) -> tuple[int, bytes] | None:
+    """``handle`` on the event loop for an envelope ``on_loop`` accepts, with the same checks,
+    refusals and errors; None hands the request to ``handle`` (on the envelope's threads)
+    unchanged: its handler declined before writing, or the database asked for a retry."""
+    corr_id, token = _observe(env, bearer, obs)
     try:
         principal = authenticate(token, clock_ms)
+        debug = resonate_settings().DEBUG
         prepared = prepare(
-            env.kind, env.head, env.data, clock_ms, conf.DEBUG, principal, obs, LOOP_KINDS
+            env.kind, env.head, env.data, clock_ms, debug, principal, obs, LOOP_KINDS
         )
         if isinstance(prepared, Response):
             res = prepared
@@ -156,19 +174,11 @@ async def handle_on_loop(
             if answered is None:
                 return None
             res = answered
-    except AuthError as exc:
-        res = Response(exc.status, str(exc))
-    except ProtocolError as refused:
-        res = Response(refused.status, refused.message)
-    except (OperationalError, InterfaceError) as exc:
+    except Exception as exc:
         code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
-        if code in RETRYABLE_SQLSTATES:
+        if isinstance(exc, OperationalError) and code in RETRYABLE_SQLSTATES:
             return None  # nothing happened: the threads run it again (and retry there)
-        log.warning("%s: database unavailable: %s", env.kind, exc)
-        res = Response(503, "database unavailable; retry the request")
-    except Exception:
-        log.exception("%s failed", env.kind)
-        res = Response(500, "internal server error")
+        res = _failure(env.kind, exc)
     return respond(env.kind, corr_id, res)
 
 
