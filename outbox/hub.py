@@ -54,7 +54,6 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
 from django.db import close_old_connections
-from django.db.models import Q
 
 from outbox import delivery
 from outbox.delivery import Claimed
@@ -347,9 +346,9 @@ class Hub:
         lease = conf.IN_FLIGHT_MS + conf.SSE_ACK_GRACE_MS
         streams, routes, by_group = self._held()
         for i in range(0, len(routes), ROUTE_CHUNK):
-            where = Q(poll_route__in=routes[i : i + ROUTE_CHUNK])
+            chunk = routes[i : i + ROUTE_CHUNK]
             while True:
-                items = delivery.claim(where, self.clock(), batch, lease=lease)
+                items = delivery.claim_routes(chunk, self.clock(), batch, lease)
                 unroutable = []
                 for item in items:
                     stream = _route(item, streams, by_group, self.clock())

@@ -188,3 +188,29 @@ def test_a_hub_whose_registrations_were_deleted_registers_its_streams_again(db):
         clock[0] += 1_000
         hub.run_once()
     assert list(Subscriber.objects.values_list("group", "stream_id")) == [("g", "x")]
+
+
+@pytest.mark.parametrize("routes", [False, True], ids=["where", "routes"])
+def test_a_claim_hands_out_the_oldest_due_first_and_leaves_later_ones(db, routes):
+    """Both claims (by a filter, and the SSE hub's by routes) take what is due, oldest first,
+    at most the limit, and lease it: its revision and attempts are what an ack must match."""
+    for i, at in enumerate([3_000, 1_000, 2_000, 9_000]):
+        enqueue.unblock({"id": f"p{i}", "state": "resolved"}, "poll://any@g", 0)
+        Message.objects.filter(key__startswith=f"p{i}:").update(next_attempt_at=at)
+
+    def take(now: int, limit: int) -> list[delivery.Claimed]:
+        if routes:
+            return delivery.claim_routes(["g"], now, limit, 500)
+        return delivery.claim(ALL, now, limit, lease=500)
+
+    first = take(5_000, 2)
+    assert [item.key.split(":")[0] for item in first] == ["p1", "p2"]
+    assert {(item.revision, item.attempts) for item in first} == {(2, 1)}
+    assert [item.key.split(":")[0] for item in take(5_000, 10)] == ["p0"]  # p3 is not due
+    assert set(Message.objects.filter(next_attempt_at=5_500).values_list("key", flat=True)) == {
+        item.key for item in first
+    } | {Message.objects.get(key__startswith="p0:").key}
+    assert delivery.ack(first) == 2
+    assert sorted(Message.objects.values_list("key", flat=True)) == [
+        Message.objects.get(key__startswith=p).key for p in ("p0", "p3")
+    ]

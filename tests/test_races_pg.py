@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from outbox import delivery
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
 from resonate_project.core.clock import now_ms
 from resonate_project.core.protocol import Response
+from resonate_project.engine import outbox as enqueue
 from resonate_project.engine import steps as promise_steps
 from resonate_project.engine import steps as task_steps
 from resonate_project.envelope import call
@@ -303,3 +305,26 @@ def test_concurrent_django_task_claims_never_share_a_call(settings: Any) -> None
     claims = [c for mine in race(8, claim_all) for c in mine]
     assert Counter(id for id, _ in claims) == dict.fromkeys(ids, 1)
     assert {version for _, version in claims} == {1}
+
+
+def test_concurrent_stream_claims_never_share_a_message() -> None:
+    """Eight SSE hubs (one per thread) claim one group's 200 messages at once, a few at a time:
+    every message is leased once, at revision 2 (its claim), and the rows say the same."""
+    now = now_ms()
+    for i in range(200):
+        enqueue.unblock({"id": f"race-{i}", "state": "resolved"}, "poll://any@racers", now)
+    routes = ["racers"]
+
+    def claim_all(i: int) -> list[tuple[str, int]]:
+        mine: list[tuple[str, int]] = []
+        while True:
+            claimed = delivery.claim_routes(routes, now_ms(), 7, 60_000)
+            if not claimed:
+                return mine
+            mine += [(item.key, item.revision) for item in claimed]
+
+    claims = [c for mine in race(8, claim_all) for c in mine]
+    assert len(claims) == 200
+    assert len({key for key, _ in claims}) == 200
+    assert {revision for _, revision in claims} == {2}
+    assert set(Message.objects.values_list("revision", "attempts")) == {(2, 1)}

@@ -209,6 +209,23 @@ def _by_column_sql(model: type[Model], vendor: str, column: str, limit: int) -> 
     return f"{_shape(model, vendor).select} WHERE {where} ORDER BY {pk} LIMIT {limit}"
 
 
+def due(model: type[Model], condition: str, column: str, now: int, limit: int) -> list[Any]:
+    """Up to ``limit`` rows meeting ``condition`` (SQL on the model's own columns) whose
+    ``column`` is at most ``now``, soonest first, locked (``FOR UPDATE SKIP LOCKED`` where the
+    database has it: concurrent sweepers never take the same row). What a step sweeps."""
+    sql = _due_sql(model, connection.vendor, condition, column)
+    return _instances(model, _shape(model, connection.vendor), sql, [now, int(limit)])
+
+
+@cache
+def _due_sql(model: type[Model], vendor: str, condition: str, column: str) -> str:
+    col = connection.ops.quote_name(column)
+    where = " AND ".join(c for c in (condition, f"{col} <= %s") if c)
+    skip = " SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+    lock = _lock() + skip if _lock() else ""
+    return f"{_shape(model, vendor).select} WHERE {where} ORDER BY {col} LIMIT %s{lock}"
+
+
 @cache
 def _insert_sql(model: type[Model], vendor: str, skip_existing: bool) -> str:
     quote = connection.ops.quote_name

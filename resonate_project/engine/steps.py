@@ -14,14 +14,14 @@ from collections.abc import Callable, Sequence
 from django.db import connection
 from opentelemetry import trace
 
-from promises.models import Callback, Listener, Promise, PromiseState
+from promises.models import Callback, Listener, Promise
 from resonate_project.core import cron
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import promise_record
 from resonate_project.core.schedules import expand
 from resonate_project.core.tags import BRANCH, SCHEDULE
 from resonate_project.core.wire.promises import PromiseCreateReq, Value, later
-from resonate_project.engine import promises, tasks, wake
+from resonate_project.engine import promises, rows, tasks, wake
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.locks import due_tasks_for_update
 from resonate_project.engine.uow import unit_of_work
@@ -34,11 +34,7 @@ def promise_timeouts(now: int, limit: int) -> int:
     """R1: settle external promises whose deadline has passed (C1: only external ones are armed;
     an internal promise's deadline is projection only)."""
     with unit_of_work(now, steps=True) as fx:
-        due = list(
-            Promise.objects.select_for_update(skip_locked=True)
-            .filter(state=PromiseState.PENDING, external=True, timeout_at__lte=now)
-            .order_by("timeout_at")[:limit]
-        )
+        due = rows.due(Promise, _ARMED, "timeout_at", now, limit)
         deadlines = [p.timeout_at for p in due]
         for p in due:
             promises.time_out(p, fx)
@@ -49,13 +45,13 @@ def promise_timeouts(now: int, limit: int) -> int:
 def listener_drain(now: int, limit: int) -> int:
     """R3 for listeners left ready by a settlement made while the steps were paused."""
     with unit_of_work(now, steps=True):
-        rows = list(
+        found = list(
             Listener.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("awaited")
             .filter(ready=True)[:limit]
         )
-        records = {r.awaited_id: promise_record(r.awaited, now) for r in rows}
-        triples = [(r.id, r.awaited_id, r.address) for r in rows]
+        records = {r.awaited_id: promise_record(r.awaited, now) for r in found}
+        triples = [(r.id, r.awaited_id, r.address) for r in found]
         return promises.unblock_listeners(triples, records, now)
 
 
@@ -63,13 +59,13 @@ def callback_drain(now: int, limit: int) -> int:
     """R4 for callbacks left ready (the awaiter was busy at settlement, or the steps were
     paused): resume each awaiter, with the deadline guard of C6."""
     with unit_of_work(now, steps=True) as fx:
-        rows = list(
+        found = list(
             Callback.objects.select_for_update(skip_locked=True)
             .filter(ready=True)
             .values_list("id", "awaited_id", "awaiter_id")[:limit]
         )
-        busy = promises.resume_callbacks(rows, now, fx)
-        return len(rows) - len(busy)
+        busy = promises.resume_callbacks(found, now, fx)
+        return len(found) - len(busy)
 
 
 def schedule_fire(now: int, limit: int) -> int:
