@@ -9,7 +9,10 @@ each protocol figure next to the database's own ceiling measured in the same run
    SDK-shaped task cycle (task.create, 2 x (fenced create + fenced settle), task.fulfill). Then the
    best configuration three times on fresh servers, each at full rate and at half the best rate
    from a fixed-rate generator (bench/loadgen.py): median, min and max of each figure, and the
-   server process tree's CPU seconds per 1,000 requests.
+   server process tree's CPU seconds per 1,000 requests. After each of the three pair runs, the
+   floor (bench/floor.py): a bare ASGI app on the same stack answering the same two requests with
+   the same two statements and nothing else, in the same configuration: what any Python server
+   on this stack spends at least, on this machine, today.
 2c. ``make run``'s shape (``embedded``): ``manage.py serve`` with its embedded default (the steps
    and push in the process) on a fresh SQLite file, promise.create + promise.settle pairs from
    wrk, the best of a small connection grid then three runs on fresh servers and files: the
@@ -258,11 +261,16 @@ class Server:
         workers: int | None = None,
         env: dict[str, str] | None = None,
         embedded: bool = False,
+        floor: bool = False,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         mode = "--embedded" if embedded else "--no-embedded"
         cmd = [PY, "manage.py", "serve", mode, "--host", "127.0.0.1"]
+        if floor:  # bench/floor.py: the same stack without the server (see there)
+            cmd = [PY, "-m", "uvicorn", "bench.floor:app", "--host", "127.0.0.1"]
+            cmd += ["--log-level", "warning"]
+            env = {**(env or {}), "FLOOR_DATABASE_URL": db.url}
         cmd += ["--port", str(self.port)]
         if workers is not None:
             cmd += ["--workers", str(workers)]
@@ -450,6 +458,7 @@ def http(
         rate = best["rps"] / 2
         full: list[dict[str, Any]] = []
         half: list[dict[str, Any]] = []
+        floor: list[dict[str, Any]] = []
         for i in range(repeats):
             env = {"RESONATE_WEB_THREADS": str(best["threads"])}
             with Server(db, best["workers"], env=env) as server:
@@ -468,6 +477,8 @@ def http(
                 h["cpu_per_1k"] = per_thousand(server.cpu_seconds() - cpu, h["requests"])
                 h["load_average"] = load
                 half.append(h)
+            if workload == "pair":
+                floor.append(floor_run(db, best["workers"], best["conns"], seconds, i, repeats))
             log(
                 f"{label}: {r['rps']:7.0f} req/s p99 {r['p99_ms']:.1f} ms "
                 f"cpu {r['cpu_per_1k']:.2f} s/1k req; half rate p50 {h['p50_ms']:.1f} ms "
@@ -490,8 +501,33 @@ def http(
             "full_runs": full,
             "half_runs": half,
         }
+        if floor:
+            out[workload]["floor"] = {
+                "rps": spread([f["rps"] for f in floor]),
+                "cpu_per_1k": spread([f["cpu_per_1k"] for f in floor]),
+                "runs": floor,
+            }
     db.reset()
     return out
+
+
+def floor_run(
+    db: Database, workers: int | None, conns: int, seconds: int, i: int, repeats: int
+) -> dict[str, Any]:
+    """One run of bench/floor.py (the same stack, the same two statements, no server), with the
+    real server's best configuration, right after the real server's run ``i``."""
+    with Server(db, workers or 1, floor=True) as server:
+        wrk(server.url, "pair", 4, 2)  # warm up
+        load = log_load(f"floor run {i + 1}/{repeats} (workers={workers or 1}, conns={conns})")
+        cpu = server.cpu_seconds()
+        r = wrk(server.url, "pair", conns, seconds)
+        r["cpu_per_1k"] = per_thousand(server.cpu_seconds() - cpu, r["requests"])
+        r["load_average"] = load
+    log(
+        f"floor run {i + 1}/{repeats}: {r['rps']:7.0f} req/s p99 {r['p99_ms']:.1f} ms "
+        f"cpu {r['cpu_per_1k']:.2f} s/1k req non200 {r['non200']}"
+    )
+    return r
 
 
 def embedded(db: Database, seconds: int, conns: list[int], repeats: int) -> dict[str, Any]:
@@ -921,6 +957,17 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     verdict,
                 )
             )
+            if "floor" in w:
+                f = w["floor"]
+                rows.append(
+                    (
+                        "2a floor (bench/floor.py: the same stack and statements, no server)",
+                        f"{ranged(f['rps'])} req/s; {ranged(f['cpu_per_1k'], '', 2)} CPU s/1k",
+                        "-",
+                        f"{vs_ceiling(f['rps']['median'])}; server / floor "
+                        f"{rps / f['rps']['median']:.2f}",
+                    )
+                )
             if key == "cycle":
                 cycles = {k: v / 6 for k, v in w["rps"].items() if k != "runs"}
                 rows.append(("2b task cycles/s (6 requests each)", ranged(cycles), "-", "-"))
