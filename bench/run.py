@@ -148,6 +148,26 @@ def tree_cpu_seconds(root: int) -> float:
     return total / CLOCK_TICKS
 
 
+def postgres_cpu_seconds() -> float:
+    """User + system CPU seconds of every live PostgreSQL process on this machine (the server
+    the bench database lives on is local: its backends, and its background writers, which are
+    part of what a request costs it). Backends that exit between two readings drop out, so the
+    figure is taken around a load whose connections stay open (wrk's)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if raw[raw.index("(") + 1 : raw.rindex(")")] != "postgres":
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
+
+
 # --- the database --------------------------------------------------------------------------------
 
 
@@ -466,9 +486,10 @@ def http(
                 label = f"{workload} run {i + 1}/{repeats}"
                 config = f"workers={best['workers']}, threads={best['threads']}"
                 load = log_load(f"{label} ({config}, conns={best['conns']})")
-                cpu = server.cpu_seconds()
+                cpu, pg = server.cpu_seconds(), postgres_cpu_seconds()
                 r = wrk(server.url, workload, best["conns"], seconds)
                 r["cpu_per_1k"] = per_thousand(server.cpu_seconds() - cpu, r["requests"])
+                r["pg_cpu_per_1k"] = per_thousand(postgres_cpu_seconds() - pg, r["requests"])
                 r["load_average"] = load
                 full.append(r)
                 load = log_load(f"{label} at half rate ({rate:.0f} req/s)")
@@ -481,7 +502,8 @@ def http(
                 floor.append(floor_run(db, best["workers"], best["conns"], seconds, i, repeats))
             log(
                 f"{label}: {r['rps']:7.0f} req/s p99 {r['p99_ms']:.1f} ms "
-                f"cpu {r['cpu_per_1k']:.2f} s/1k req; half rate p50 {h['p50_ms']:.1f} ms "
+                f"cpu {r['cpu_per_1k']:.2f} s/1k req, PostgreSQL {r['pg_cpu_per_1k']:.2f}; "
+                f"half rate p50 {h['p50_ms']:.1f} ms "
                 f"p99 {h['p99_ms']:.1f} ms cpu {h['cpu_per_1k']:.2f} s/1k req"
             )
         out[workload] = {
@@ -491,6 +513,7 @@ def http(
             "p99_ms": spread([r["p99_ms"] for r in full]),
             "non200": sum(r["non200"] for r in full),
             "cpu_per_1k": spread([r["cpu_per_1k"] for r in full]),
+            "pg_cpu_per_1k": spread([r["pg_cpu_per_1k"] for r in full]),
             "half_rate": {
                 "offered_rate": rate,
                 "p50_ms": spread([h["p50_ms"] for h in half]),
@@ -505,6 +528,7 @@ def http(
             out[workload]["floor"] = {
                 "rps": spread([f["rps"] for f in floor]),
                 "cpu_per_1k": spread([f["cpu_per_1k"] for f in floor]),
+                "pg_cpu_per_1k": spread([f["pg_cpu_per_1k"] for f in floor]),
                 "runs": floor,
             }
     db.reset()
@@ -519,13 +543,15 @@ def floor_run(
     with Server(db, workers or 1, floor=True) as server:
         wrk(server.url, "pair", 4, 2)  # warm up
         load = log_load(f"floor run {i + 1}/{repeats} (workers={workers or 1}, conns={conns})")
-        cpu = server.cpu_seconds()
+        cpu, pg = server.cpu_seconds(), postgres_cpu_seconds()
         r = wrk(server.url, "pair", conns, seconds)
         r["cpu_per_1k"] = per_thousand(server.cpu_seconds() - cpu, r["requests"])
+        r["pg_cpu_per_1k"] = per_thousand(postgres_cpu_seconds() - pg, r["requests"])
         r["load_average"] = load
     log(
         f"floor run {i + 1}/{repeats}: {r['rps']:7.0f} req/s p99 {r['p99_ms']:.1f} ms "
-        f"cpu {r['cpu_per_1k']:.2f} s/1k req non200 {r['non200']}"
+        f"cpu {r['cpu_per_1k']:.2f} s/1k req, PostgreSQL {r['pg_cpu_per_1k']:.2f} "
+        f"non200 {r['non200']}"
     )
     return r
 
@@ -962,7 +988,9 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 rows.append(
                     (
                         "2a floor (bench/floor.py: the same stack and statements, no server)",
-                        f"{ranged(f['rps'])} req/s; {ranged(f['cpu_per_1k'], '', 2)} CPU s/1k",
+                        f"{ranged(f['rps'])} req/s; CPU s per 1,000: "
+                        f"{ranged(f['cpu_per_1k'], '', 2)}, PostgreSQL "
+                        f"{ranged(f['pg_cpu_per_1k'], '', 2)}",
                         "-",
                         f"{vs_ceiling(f['rps']['median'])}; server / floor "
                         f"{rps / f['rps']['median']:.2f}",
@@ -996,6 +1024,15 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     "-",
                 )
             )
+            if "pg_cpu_per_1k" in w:
+                rows.append(
+                    (
+                        f"{label}: PostgreSQL CPU s per 1,000 requests, max rate",
+                        ranged(w["pg_cpu_per_1k"], "", 2),
+                        "-",
+                        "-",
+                    )
+                )
     if "embedded" in res:
         e = res["embedded"]
         rps = e["rps"]["median"]
