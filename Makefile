@@ -76,7 +76,8 @@ test-system: setup services
 test: lint typecheck test-sqlite test-postgres test-system
 
 # Throughput and latency against PostgreSQL on this machine (bench/run.py; docs/benchmarks.md):
-# pgbench's ceiling, wrk over HTTP, the timeout sweep, outbox drains, dispatch latency. ~10 min.
+# pgbench's ceiling, wrk over HTTP (and the floor, bench/floor.py), the timeout sweep, outbox drains,
+# dispatch latency, timers. ~12 min.
 bench: setup services
 	@command -v wrk >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
 		{ apt-get install -y -q wrk >/dev/null 2>&1 || \

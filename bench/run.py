@@ -989,8 +989,12 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     (
                         "2a floor (bench/floor.py: the same stack and statements, no server)",
                         f"{ranged(f['rps'])} req/s; CPU s per 1,000: "
-                        f"{ranged(f['cpu_per_1k'], '', 2)}, PostgreSQL "
-                        f"{ranged(f['pg_cpu_per_1k'], '', 2)}",
+                        f"{ranged(f['cpu_per_1k'], '', 2)}"
+                        + (
+                            f", PostgreSQL {ranged(f['pg_cpu_per_1k'], '', 2)}"
+                            if "pg_cpu_per_1k" in f  # (results of 2026-12-01 18:10 have none)
+                            else ""
+                        ),
                         "-",
                         f"{vs_ceiling(f['rps']['median'])}; server / floor "
                         f"{rps / f['rps']['median']:.2f}",
