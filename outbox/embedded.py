@@ -8,7 +8,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from outbox import push, ticker
 from resonate_project.core.conf import resonate_settings
@@ -18,16 +18,19 @@ log = logging.getLogger("resonate.embedded")
 
 
 def _push_loop(wake: threading.Event, stop: threading.Event) -> None:
-    while not stop.is_set():
-        wake.wait(resonate_settings().POLL_FALLBACK_MS / 1000)
-        if stop.is_set():
-            return
-        wake.clear()
-        try:
-            close_old_connections()
-            push.drain_push(resonate_settings().DRAIN_BATCH)
-        except Exception:
-            log.exception("push delivery failed; retrying")
+    try:
+        while not stop.is_set():
+            wake.wait(resonate_settings().POLL_FALLBACK_MS / 1000)
+            if stop.is_set():
+                return
+            wake.clear()
+            try:
+                close_old_connections()
+                push.drain_push(resonate_settings().DRAIN_BATCH)
+            except Exception:
+                log.exception("push delivery failed; retrying")
+    finally:
+        connections.close_all()  # this thread's: a stopped push loop holds no connection
 
 
 def start() -> Callable[[], None]:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
@@ -132,6 +132,7 @@ class Runner:
                     self._wake_at = min(self._wake_at, at)
         finally:
             wake.unsubscribe_deadlines(self.hear)
+            connections.close_all()  # this thread's: a stopped runner holds no connection
 
     def _sleep(self) -> bool:
         """Wait until ``_wake_at`` (which a heard deadline may bring forward); False once

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
 
 from outbox import ticker
@@ -265,3 +265,28 @@ def test_a_tick_that_ran_makes_room_for_the_next_plan(local_plans: list[dict[str
     wake.tick_started(1_300)
     wake.plan_tick(1_400, 1_300)
     assert [s["kwargs"]["at"] for s in local_plans] == [1_300, 1_400]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@override_settings(RESONATE=LONG_TICK)
+def test_a_stopped_runner_leaves_no_connection_open() -> None:
+    """A host that stops the runner (its ASGI lifespan's shutdown) gets its database connection
+    back at once, not whenever the thread's leftovers are collected."""
+
+    def backends() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return int(cursor.fetchone()[0])
+
+    before = backends()
+    runner = ticker.start()
+    try:
+        wait_for(lambda: now_ms() + 30_000 < runner._wake_at < ticker.NEVER, "the first pass")
+        assert backends() == before + 1
+    finally:
+        runner.stop()
+    assert backends() == before
