@@ -19,8 +19,8 @@ PYTHON_BOOT := $(shell for c in python3.13 python3.12 python3.14 $$(ls -d /root/
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON_BOOT)" || { echo "need Python >= 3.12 (python3.12/3.13 on PATH or under pyenv)"; exit 1; }
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,server]'
+	$(PY) -m pip install -q 'uv>=0.13,<1'
+	$(VENV)/bin/uv pip install -q -p $(PY) -e '.[dev,server]'
 	@touch $@
 
 setup: $(VENV)/.installed
