@@ -122,10 +122,9 @@ def spread(values: list[float]) -> dict[str, Any]:
     return {"median": median, "min": ordered[0], "max": ordered[-1], "runs": values}
 
 
-def tree_cpu_seconds(root: int) -> float:
-    """User + system CPU seconds of ``root`` and every live descendant, plus what the exited
-    descendants left in their parents' ``cutime``/``cstime`` (/proc/<pid>/stat)."""
-    stats: dict[int, tuple[int, int]] = {}  # pid -> (ppid, clock ticks)
+def proc_stats() -> Iterator[tuple[int, str, list[str]]]:
+    """(pid, command name, the fields after it) of every live process, from /proc/<pid>/stat:
+    fields[1] is the ppid; 11..14 are utime, stime, cutime, cstime (stat(5) 14..17)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -133,9 +132,14 @@ def tree_cpu_seconds(root: int) -> float:
             raw = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue  # gone meanwhile
-        fields = raw[raw.rindex(")") + 2 :].split()  # after "pid (comm) "
-        # fields[1] is the ppid; 11..14 are utime, stime, cutime, cstime (stat(5) 14..17)
-        stats[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+        close = raw.rindex(")")
+        yield int(entry), raw[raw.index("(") + 1 : close], raw[close + 2 :].split()
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and every live descendant, plus what the exited
+    descendants left in their parents' ``cutime``/``cstime``."""
+    stats = {pid: (int(f[1]), sum(int(x) for x in f[11:15])) for pid, _, f in proc_stats()}
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
@@ -153,19 +157,8 @@ def postgres_cpu_seconds() -> float:
     the bench database lives on is local: its backends, and its background writers, which are
     part of what a request costs it). Backends that exit between two readings drop out, so the
     figure is taken around a load whose connections stay open (wrk's)."""
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            raw = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if raw[raw.index("(") + 1 : raw.rindex(")")] != "postgres":
-            continue
-        fields = raw[raw.rindex(")") + 2 :].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
+    ticks = sum(int(f[11]) + int(f[12]) for _, name, f in proc_stats() if name == "postgres")
+    return ticks / CLOCK_TICKS
 
 
 # --- the database --------------------------------------------------------------------------------
