@@ -8,7 +8,6 @@ user who may see at least one of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import admin
@@ -26,6 +25,7 @@ from outbox.traffic import MINUTE_MS
 from promises.models import Promise
 from promises.selectors import PROMISE_STATES, projected_state_q
 from resonate_project.adminkit import changelist_url, duration, request_now, state_badge
+from resonate_project.core.present import iso
 from schedules.models import Schedule
 from tasks_app.models import Task, TaskState
 from tasks_app.selectors import TASK_STATES, viewed_state_q
@@ -281,7 +281,8 @@ COLOURS = {"ok": "#79aec8", "client_errors": "#e0a100", "server_errors": "#c6282
 
 
 def hhmm(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M")
+    moment = iso(ms)  # the raw ms past year 9999 (a debug clock may sit there)
+    return moment[11:16] if moment.endswith(" UTC") else moment
 
 
 def requests_chart(minutes: list[Minute]) -> SafeString:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -88,7 +87,9 @@ def cell(ms: int | None, now: int) -> SafeString | str:
     """``when`` for a list column: to the second, the distance below, the exact ms on hover."""
     if ms is None:
         return EMPTY
-    moment = datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    moment = iso(ms)
+    if moment.endswith(" UTC"):  # to the second (past year 9999 it is the raw ms)
+        moment = moment[:19]
     return format_html(
         '<span title="{} ({} ms)" style="white-space:nowrap">{}</span><br>'
         '<small class="quiet">{}</small>',
