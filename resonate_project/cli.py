@@ -185,6 +185,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="a poll group it may stream (repeatable; none: any group)",
     )
+    sub.add_argument(
+        "--push-host",
+        action="append",
+        default=[],
+        help="a host (or *.domain) its http(s) addresses may name (repeatable; none: any host, "
+        "or none at all with --group)",
+    )
     sub.add_argument("--admin", action="store_true", help="may do anything, debug included")
     sub.set_defaults(run=credentials_create)
     help = "revoke a credential (requests with it answer 401 from now on)"
@@ -338,7 +345,12 @@ def run(options: dict[str, Any], out: Out) -> None:
 def credentials_create(ctx: Ctx, args: argparse.Namespace) -> None:
     try:
         credential, token = credential_create(
-            name=args.name, now=ctx.now, prefix=args.prefix, groups=args.group, admin=args.admin
+            name=args.name,
+            now=ctx.now,
+            prefix=args.prefix,
+            groups=args.group,
+            push_hosts=args.push_host,
+            admin=args.admin,
         )
     except CredentialError as exc:
         raise CliError(str(exc)) from exc

@@ -18,6 +18,7 @@ from resonate_project.core.conf import resonate_settings
 from resonate_project.core.errors import ProtocolError
 from resonate_project.core.protocol import PROTOCOL_VERSION, Response, bad_request
 from resonate_project.dispatch import DEBUG_KINDS, KINDS, LOOP_KINDS
+from resonate_project.engine import scope
 from resonate_project.json_depth import depth_refusal
 from resonate_project.observability.request import RequestObservation, request_scope
 
@@ -170,10 +171,11 @@ async def handle_on_loop(
             res = prepared
         else:
             handler, req, now = prepared
-            answered = await handler(req, now)
+            with scope.acting_as(principal):
+                answered = await handler(req, now)
             if answered is None:
                 return None
-            res = answered
+            res = scoped(answered, principal)
     except Exception as exc:
         code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
         if isinstance(exc, OperationalError) and code in RETRYABLE_SQLSTATES:
@@ -196,7 +198,19 @@ def dispatch(
     prepared = prepare(kind, head, data, clock_ms, debug, principal, obs)
     if isinstance(prepared, Response):
         return prepared
-    return run(*prepared)
+    with scope.acting_as(principal):
+        return scoped(run(*prepared), principal)
+
+
+def scoped(res: Response, principal: Principal | None) -> Response:
+    """The reply as a narrowed caller may see it (``engine.scope.guard``)."""
+    if principal is None or not principal.restricted:
+        return res
+    data, leaked = scope.guard(res.data, principal)
+    if leaked:
+        log.error("scope: refused a reply naming a record outside %r", principal.prefix)
+        return Response(403, "the answer names an id outside this credential's prefix")
+    return Response(res.status, data)
 
 
 def prepare(

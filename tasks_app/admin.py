@@ -414,7 +414,7 @@ class JobAdmin(OperatorAdmin[Job]):
         return super().get_queryset(request).select_related("task__promise")
 
     def search_q(self, term: str) -> Q:
-        return Q(task_id__startswith=term) | Q(function=term)
+        return Q(task__promise__id__startswith=term) | Q(function=term)
 
     # --- columns ---
 

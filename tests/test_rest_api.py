@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 import schemathesis
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client, override_settings
 from django.test.utils import CaptureQueriesContext
@@ -450,6 +450,9 @@ def test_with_auth_required_a_staff_session_is_let_in(api: Api, client: Client, 
     assert client.get("/api/promises").status_code == 403
     user.is_staff = True
     user.save()
+    assert client.get("/api/promises").status_code == 403  # staff, but no view_promise
+    user.user_permissions.add(Permission.objects.get(codename="view_promise"))
+    client.force_login(User.objects.get(pk=user.pk))
     assert client.get("/api/promises").status_code == 200
 
 

@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 
 from resonate_project.access.models import ServiceCredential
 from resonate_project.access.principal import AuthError, Principal
+from resonate_project.core.principal import push_hosts_of
 
 TOKEN_PREFIX = "rsn_"
 # last_used_at is written at most this often per credential (a write per request would cost a
@@ -31,7 +32,13 @@ def is_service_token(token: str) -> bool:
 
 
 def credential_create(
-    *, name: str, now: int, prefix: str = "", groups: Iterable[str] = (), admin: bool = False
+    *,
+    name: str,
+    now: int,
+    prefix: str = "",
+    groups: Iterable[str] = (),
+    push_hosts: Iterable[str] = (),
+    admin: bool = False,
 ) -> tuple[ServiceCredential, str]:
     """A new credential and its token (returned once; only its hash is kept)."""
     name = name.strip()
@@ -40,6 +47,9 @@ def credential_create(
     group_list = sorted({g for g in groups})
     if any(not g or "/" in g for g in group_list):
         raise CredentialError("groups must be non-empty and may not contain '/'")
+    host_list = sorted({h.strip().lower().rstrip(".") for h in push_hosts})
+    if any(not h or "/" in h or "@" in h for h in host_list):
+        raise CredentialError("push hosts must be host names (or *.domain), not URLs")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     try:
         with transaction.atomic():
@@ -48,6 +58,7 @@ def credential_create(
                 token_hash=hash_token(token),
                 prefix=prefix,
                 groups=group_list,
+                push_hosts=host_list,
                 admin=admin,
                 created_at=now,
             )
@@ -68,11 +79,14 @@ def credential_revoke(*, name: str, now: int) -> ServiceCredential:
 
 
 def principal_for(credential: ServiceCredential) -> Principal:
+    groups = frozenset(credential.groups) if credential.groups else None
     return Principal(
         name=f"credential:{credential.name}",
         admin=credential.admin,
         prefix=credential.prefix,
-        groups=frozenset(credential.groups) if credential.groups else None,
+        groups=groups,
+        push_hosts=push_hosts_of(credential.push_hosts, groups),
+        credential_id=credential.pk,
     )
 
 

@@ -18,6 +18,12 @@ class ServiceCredential(models.Model):
     groups = models.JSONField(
         default=list, blank=True, help_text="poll groups it may stream; empty: any group"
     )
+    push_hosts = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="hosts (or *.domains) its http(s) addresses may name; empty: any host if it "
+        "may use any group, none if it is limited to groups",
+    )
     admin = models.BooleanField(default=False, help_text="may do anything, debug included")
     created_at = models.BigIntegerField(editable=False)
     last_used_at = models.BigIntegerField(null=True, blank=True, editable=False)

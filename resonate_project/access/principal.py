@@ -1,27 +1,11 @@
-"""Who is asking, once a credential has been checked: the same shape for a JWT and a service
-credential, so every surface applies one set of rules."""
+"""The principal (defined in the core, so the engine's read scope can name it) and the error a
+missing or invalid credential raises."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from resonate_project.core.principal import Principal
 
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """``admin`` may do anything (the debug surface included). Otherwise every id a request names
-    must start with ``prefix`` ("" = any id), searches see only ids under it, and ``/poll/``
-    streams only the ``groups`` listed (``None`` = any group)."""
-
-    name: str
-    admin: bool = False
-    prefix: str = ""
-    groups: frozenset[str] | None = None
-
-    def may_name(self, id: str) -> bool:
-        return self.admin or id.startswith(self.prefix)
-
-    def may_stream(self, group: str) -> bool:
-        return self.admin or self.groups is None or group in self.groups
+__all__ = ["AuthError", "Principal"]
 
 
 class AuthError(Exception):

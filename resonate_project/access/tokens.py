@@ -1,7 +1,8 @@
 """JWTs as the reference server accepts them (``head.auth`` or ``Authorization: Bearer``):
 asymmetric signatures only (RS/PS/ES/EdDSA; never HS* or ``none``), ``exp`` required, ``iss`` and
 ``aud`` checked when configured. Claims: ``role: "admin"``, ``prefix`` (every id a request names
-must start with it) and our ``groups`` (the poll groups the bearer may stream)."""
+must start with it) and our ``groups`` (the poll groups the bearer may stream and address) and
+``push`` (the hosts its http(s) addresses may name)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from resonate_project.access.principal import AuthError, Principal
 from resonate_project.core.conf import resonate_settings
+from resonate_project.core.principal import push_hosts_of
 
 RSA_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512"]
 EC_ALGORITHMS = ["ES256", "ES384", "ES512"]
@@ -101,10 +103,15 @@ def principal_of(claims: dict[str, Any]) -> Principal:
         isinstance(groups, list) and all(isinstance(g, str) for g in groups)
     ):
         raise AuthError("token claim 'groups' must be a list of strings")
+    push = claims.get("push")
+    if push is not None and not (isinstance(push, list) and all(isinstance(h, str) for h in push)):
+        raise AuthError("token claim 'push' must be a list of host names")
+    group_set = None if groups is None else frozenset(groups)
     sub = claims.get("sub")
     return Principal(
         name=f"jwt:{sub}" if isinstance(sub, str) else "jwt",
         admin=claims.get("role") == "admin",
         prefix=prefix,
-        groups=None if groups is None else frozenset(groups),
+        groups=group_set,
+        push_hosts=push_hosts_of(push, group_set),
     )

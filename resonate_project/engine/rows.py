@@ -25,6 +25,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Model
 
+from resonate_project.engine import scope
+
 
 @dataclass(frozen=True)
 class _Shape:
@@ -197,15 +199,23 @@ def by_column_statement(
     limit: int,
     db: Any = connection,
 ) -> tuple[str, list[Any]]:
-    """``by_column``'s statement and its parameters (its rows: ``build``)."""
-    return _by_column_sql(model, db.vendor, column, int(limit)), [value, exclude_id]
+    """``by_column``'s statement and its parameters (its rows: ``build``), narrowed to the
+    caller's ids (``engine.scope``): the value is the client's choice (a ``resonate:branch``)."""
+    prefix = scope.prefix_of()
+    sql = _by_column_sql(model, db.vendor, column, int(limit), bool(prefix))
+    params = [value, exclude_id]
+    if prefix:
+        params.append(scope.prefix_param(prefix, db.vendor))
+    return sql, params
 
 
 @cache
-def _by_column_sql(model: type[Model], vendor: str, column: str, limit: int) -> str:
+def _by_column_sql(model: type[Model], vendor: str, column: str, limit: int, narrowed: bool) -> str:
     quote = connection.ops.quote_name
     pk = quote(str(model._meta.pk.column))
     where = f"{quote(column)} = %s AND {pk} <> %s"
+    if narrowed:
+        where += " AND " + scope.prefix_condition(pk, vendor)
     return f"{_shape(model, vendor).select} WHERE {where} ORDER BY {pk} LIMIT {limit}"
 
 

@@ -17,6 +17,7 @@ from django.db.models import QuerySet
 
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.errors import InvalidRequest
+from resonate_project.engine import scope
 
 # Bytes of a response that are not records: kind, head and a cursor of up to 1024 characters
 # (6 bytes each when JSON escapes them). corrId is the client's own and is not counted.
@@ -71,15 +72,14 @@ def search(
     id_prefix: str | None,
     id_field: str = "pk",
 ) -> dict[str, Any]:
-    """The shared body of the three searches: ``limit`` defaulted and capped, narrowed to ids
-    under ``id_prefix``, one keyset page of records under ``key`` and a ``cursor`` when another
-    page may follow."""
+    """The shared body of the three searches: ``limit`` defaulted and capped, narrowed to the
+    caller's ids (``engine.scope``) and to ids under ``id_prefix``, one keyset page of records
+    under ``key`` and a ``cursor`` when another page may follow."""
     conf = resonate_settings()
     limit = limit or conf.SEARCH_LIMIT_DEFAULT
     if limit > conf.SEARCH_LIMIT_MAX:
         raise InvalidRequest(f"limit must be at most {conf.SEARCH_LIMIT_MAX}", field="limit")
-    if id_prefix:
-        qs = qs.filter(**{f"{id_field}__startswith": id_prefix})
+    qs = scope.prefixed(scope.visible(qs, id_field), id_field, id_prefix)
     records, next_cursor = search_page(qs, cursor, limit, record)
     data: dict[str, Any] = {key: records}
     if next_cursor is not None:

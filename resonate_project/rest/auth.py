@@ -64,8 +64,32 @@ def principal_of(request: Request) -> Principal | None:
     return user.principal if isinstance(user, ApiClient) else None
 
 
+# What a staff session needs, as in the admin: reading a model's rows needs its "view"
+# permission; anything that changes state (a create, an action, a DELETE) needs the operator
+# permission the admin's actions need (``act_on_<model>``, or the view's ``act_permission``).
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+
+
+def needed_permission(method: str, view: Any) -> str | None:
+    """The ``app_label.codename`` a staff session needs, None for views on no model (the schema
+    and the docs: any staff session)."""
+    model = getattr(view, "permission_model", None)
+    if model is None:
+        queryset = getattr(view, "queryset", None)
+        model = None if queryset is None else queryset.model
+    if model is None:
+        return None
+    meta = model._meta
+    if method in SAFE_METHODS:
+        return f"{meta.app_label}.view_{meta.model_name}"
+    return getattr(view, "act_permission", None) or f"{meta.app_label}.act_on_{meta.model_name}"
+
+
 class ApiAccess(BasePermission):
-    message = "a credential (Authorization: Bearer) or a staff session is required"
+    message = (
+        "a credential (Authorization: Bearer) or a staff session with the admin's permission "
+        "for this is required"
+    )
 
     def has_permission(self, request: Request, view: Any) -> bool:
         if not auth_required():
@@ -73,4 +97,7 @@ class ApiAccess(BasePermission):
         if isinstance(request.user, ApiClient):
             return True
         user = request.user
-        return bool(user and user.is_active and user.is_staff)
+        if not (user and user.is_active and user.is_staff):
+            return False
+        needed = needed_permission(request.method or "GET", view)
+        return needed is None or bool(user.has_perm(needed))

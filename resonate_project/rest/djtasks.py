@@ -104,6 +104,7 @@ class JobFilter(AtNow):
 
 class JobList(ResourceView):
     queryset = Job.objects.select_related("task__promise")
+    id_field = "task__promise__id"
     filterset_class = JobFilter
 
     @documented(
@@ -116,6 +117,8 @@ class JobList(ResourceView):
 
 class JobView(ResourceView):
     queryset = Job.objects.select_related("task__promise")
+    act_permission = "tasks_app.act_on_task"  # as the admin's re-run and cancel
+    id_field = "task__promise__id"
 
     def job(self, id: str) -> Job:
         self.allow(id)

@@ -23,6 +23,7 @@ from promises.models import ID_MAX_LENGTH, Promise
 from promises.selectors import PROMISE_STATES, filter_tags, projected_state_q
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import PENDING
+from resonate_project.engine import scope
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tasks_app.selectors import TASK_STATES, viewed_state_q
@@ -102,7 +103,7 @@ class PromiseFilter(AtNow):
     )
     tag = TagFilter(method="by_tags")
     idPrefix = filters.CharFilter(
-        field_name="id", lookup_expr="startswith", max_length=ID_MAX_LENGTH, help_text=PREFIX_HELP
+        field_name="id", lookup_expr=scope.PREFIXED, max_length=ID_MAX_LENGTH, help_text=PREFIX_HELP
     )
     createdAfter = after("created_at", "createdAt")
     createdBefore = before("created_at", "createdAt")
@@ -142,7 +143,7 @@ class TaskFilter(AtNow):
     tag = TagFilter(method="by_tags")  # the tags of the task's promise
     idPrefix = filters.CharFilter(
         field_name="promise__id",
-        lookup_expr="startswith",
+        lookup_expr=scope.PREFIXED,
         max_length=ID_MAX_LENGTH,
         help_text=PREFIX_HELP,
     )
@@ -165,7 +166,7 @@ class TaskFilter(AtNow):
 class ScheduleFilter(AtNow):
     tag = TagFilter(method="by_tags")  # the schedule's promiseTags
     idPrefix = filters.CharFilter(
-        field_name="id", lookup_expr="startswith", max_length=ID_MAX_LENGTH, help_text=PREFIX_HELP
+        field_name="id", lookup_expr=scope.PREFIXED, max_length=ID_MAX_LENGTH, help_text=PREFIX_HELP
     )
     createdAfter = after("created_at", "createdAt")
     createdBefore = before("created_at", "createdAt")

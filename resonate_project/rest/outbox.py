@@ -19,6 +19,7 @@ from outbox.selectors import message_record
 from outbox.services import MESSAGE_NOT_FOUND, resend
 from promises.models import ID_MAX_LENGTH
 from resonate_project.core.errors import NotFound
+from resonate_project.engine import scope
 from resonate_project.rest.filters import AtNow
 from resonate_project.rest.own import documented
 from resonate_project.rest.views import ResourceView, errors
@@ -38,7 +39,7 @@ class OutboxFilter(AtNow):
     )
     keyPrefix = filters.CharFilter(
         field_name="key",
-        lookup_expr="startswith",
+        lookup_expr=scope.PREFIXED,
         max_length=ID_MAX_LENGTH,
         help_text="keys starting with this string (a task id, or a promise id for unblock)",
     )

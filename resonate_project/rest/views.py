@@ -12,15 +12,17 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView
+from rest_framework.metadata import SimpleMetadata
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from promises import services as promises
 from promises.models import Promise
-from resonate_project.access.rules import check_names
+from resonate_project.access.rules import check_names, check_writes
 from resonate_project.core.clock import now_ms
 from resonate_project.core.protocol import promise_record, task_record
 from resonate_project.core.schedules import schedule_record
+from resonate_project.engine import scope
 from resonate_project.rest.auth import principal_of
 from resonate_project.rest.filters import FilterBackend, PromiseFilter, ScheduleFilter, TaskFilter
 from resonate_project.rest.own import OwnSettings, documented
@@ -51,7 +53,17 @@ def errors(*codes: int) -> dict[int, OpenApiResponse]:
     return {c: OpenApiResponse(ErrorSerializer, description=described[c]) for c in codes}
 
 
+class Metadata(SimpleMetadata):
+    """``OPTIONS``: the view's name, description, renderers and parsers, without DRF's
+    ``actions``: it builds those from a ``serializer_class``, which these views do not have (each
+    method names its own; ``/api/schema/`` describes every request body), so asking was a 500."""
+
+    def determine_actions(self, request: Request, view: Any) -> dict[str, Any]:
+        return {}
+
+
 class ResourceView(OwnSettings, GenericAPIView):
+    metadata_class = Metadata
     pagination_class = IdCursorPagination
     filter_backends = [FilterBackend]
     now = 0
@@ -61,18 +73,16 @@ class ResourceView(OwnSettings, GenericAPIView):
         self.now = now_ms()  # the one clock read of this request
         super().initial(request, *args, **kwargs)
 
-    def allow(self, *ids: str) -> None:
-        """The ids a request names must lie under a prefix-limited credential's prefix (as
-        through ``POST /``)."""
-        check_names(principal_of(self.request), ids)
+    def allow(self, *ids: str, tags: dict[str, str] | None = None) -> None:
+        """The ids a request names, and the id tags and target it would store, must be the
+        credential's own (``access.rules``, as through ``POST /``)."""
+        principal = principal_of(self.request)
+        check_names(principal, ids)
+        check_writes(principal, [tags or {}], ())
 
     def get_queryset(self) -> QuerySet[Any]:
-        """Only ids under a prefix-limited credential's prefix (as a search through POST /)."""
-        qs = super().get_queryset()
-        principal = principal_of(self.request)
-        if principal is not None and not principal.admin and principal.prefix:
-            qs = qs.filter(**{f"{self.id_field}__startswith": principal.prefix})
-        return qs
+        """Only ids a prefix-limited credential may see (``engine.scope``, as through POST /)."""
+        return scope.visible(super().get_queryset(), self.id_field, principal_of(self.request))
 
     def page(self, record: Callable[[Any], dict[str, Any]]) -> Response:
         rows = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
@@ -111,7 +121,7 @@ class PromiseList(ResourceView):
     )
     def post(self, request: Request) -> Response:
         data = valid(PromiseCreateSerializer, request)
-        self.allow(data["id"])
+        self.allow(data["id"], tags=data.get("tags"))
         return Response(
             promises.promise_create(
                 id=data["id"],
@@ -124,6 +134,8 @@ class PromiseList(ResourceView):
 
 
 class PromiseDetail(ResourceView):
+    permission_model = Promise  # what a staff session needs permissions on
+
     @documented(
         operation_id="promises_get",
         responses={200: PromiseRecordSerializer, **errors(400, 401, 403, 404)},
@@ -134,6 +146,8 @@ class PromiseDetail(ResourceView):
 
 
 class PromiseSettle(ResourceView):
+    permission_model = Promise  # what a staff session needs permissions on
+
     @documented(
         operation_id="promises_settle",
         request=PromiseSettleSerializer,
@@ -168,6 +182,8 @@ class TaskList(ResourceView):
 
 
 class TaskDetail(ResourceView):
+    permission_model = Task  # what a staff session needs permissions on
+
     @documented(
         operation_id="tasks_get",
         responses={200: TaskRecordSerializer, **errors(400, 401, 403, 404)},
@@ -178,6 +194,7 @@ class TaskDetail(ResourceView):
 
 
 class TaskAction(ResourceView):
+    permission_model = Task  # what a staff session needs permissions on
     """``task.halt`` / ``task.continue``; answers with the task as read right after."""
 
     action: Callable[..., None] = staticmethod(tasks.task_halt)
@@ -240,7 +257,7 @@ class ScheduleList(ResourceView):
     )
     def post(self, request: Request) -> Response:
         data = valid(ScheduleCreateSerializer, request)
-        self.allow(data["id"], data["promiseId"])
+        self.allow(data["id"], data["promiseId"], tags=data.get("promiseTags"))
         return Response(
             schedules.schedule_create(
                 id=data["id"],
@@ -255,6 +272,8 @@ class ScheduleList(ResourceView):
 
 
 class ScheduleDetail(ResourceView):
+    permission_model = Schedule  # what a staff session needs permissions on
+
     @documented(
         operation_id="schedules_get",
         responses={200: ScheduleRecordSerializer, **errors(400, 401, 403, 404)},

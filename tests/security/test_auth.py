@@ -439,8 +439,11 @@ def test_a_staff_session_may_use_the_api(required: None, client: Client) -> None
     assert client.get("/api/promises").status_code == 403
     user.is_staff = True
     user.save()
-    assert client.get("/api/promises").status_code == 200
     assert client.get("/api/docs/").status_code == 200
+    assert client.get("/api/promises").status_code == 403  # no view_promise (issue #23, 4)
+    user.is_superuser = True
+    user.save()
+    assert client.get("/api/promises").status_code == 200
 
 
 # --- the admin ---------------------------------------------------------------------------------
