@@ -11,7 +11,7 @@ from django.contrib.admin.models import DELETION
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from promises.models import Promise
 from promises.selectors import schedule_promises
@@ -54,7 +54,10 @@ def upcoming(s: Schedule, count: int) -> list[int]:
     """``next_run_at`` and the fire times after it."""
     times = [s.next_run_at]
     while len(times) < count:
-        times.append(cron.next_after(s.cron, times[-1]))
+        try:
+            times.append(cron.next_after(s.cron, times[-1]))
+        except cron.NoNextRun:  # none before the end of year 9999
+            break
     return times
 
 
@@ -132,7 +135,7 @@ class ScheduleAdmin(OperatorAdmin[Schedule]):
         times = upcoming(s, UPCOMING)
         items = format_html_join("", "<li>{}</li>", ((when(t, now),) for t in times))
         note = (
-            format_html(
+            mark_safe(
                 "<p>The first is already due: the schedule step fires it (and any it missed) at "
                 "its next tick.</p>"
             )

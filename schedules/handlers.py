@@ -51,6 +51,10 @@ def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
         existing = Schedule.objects.select_for_update().filter(id=req.id).first()
         if existing is not None:
             return ok({"schedule": schedule_record(existing)})
+        try:
+            next_run_at = cron.next_after(req.cron, now)
+        except cron.NoNextRun as exc:  # a debug clock near year 9999; refused before any write
+            raise InvalidRequest(str(exc), field="cron") from None
         s = Schedule(
             id=req.id,
             cron=req.cron,
@@ -60,7 +64,7 @@ def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
             promise_param_data=req.promise_param.data,
             promise_tags=req.promise_tags,
             created_at=now,
-            next_run_at=cron.next_after(req.cron, now),
+            next_run_at=next_run_at,
         )
         if transitions.insert(s):
             wake.deadline(s.next_run_at, now)

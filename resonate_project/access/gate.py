@@ -9,13 +9,16 @@ stream ``group`` whenever auth is required.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import jwt
 from asgiref.sync import sync_to_async
 from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from resonate_project.access.auth import auth_required, authenticate, bearer
+from resonate_project.access.credentials import hash_token, is_service_token
 from resonate_project.access.principal import AuthError, Principal
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
@@ -58,10 +61,27 @@ def poll_principal(request: HttpRequest) -> Principal | None:
     return authenticate(bearer(request.headers.get("Authorization")), now_ms())
 
 
+@dataclass(frozen=True, slots=True)
+class PollGrant:
+    """Who may stream, for as long as the credential holds: ``owner`` names it (a principal's
+    name), ``credential`` is a service credential's token hash (revocable), ``expires_at`` a
+    JWT's expiry in ms."""
+
+    owner: str
+    credential: str | None = None
+    expires_at: int | None = None
+
+
 def check_poll(request: HttpRequest, group: str) -> HttpResponse | None:
     """``GET /poll/{group}/{id}``: None when the request may stream ``group``, else the 401/403
-    response to send, or 503 while the database cannot be reached. Synchronous (a service
-    credential is looked up in the database)."""
+    response to send, or 503 while the database cannot be reached."""
+    access = poll_access(request, group)
+    return access if isinstance(access, HttpResponse) else None
+
+
+def poll_access(request: HttpRequest, group: str) -> HttpResponse | PollGrant | None:
+    """:func:`check_poll`, with the grant (None: auth is not required) when the request may
+    stream. Synchronous (a service credential is looked up in the database)."""
     try:
         principal = poll_principal(request)
     except AuthError as exc:
@@ -73,13 +93,23 @@ def check_poll(request: HttpRequest, group: str) -> HttpResponse | None:
         unavailable = JsonResponse({"error": "database unavailable; retry"}, status=503)
         unavailable["Retry-After"] = "1"
         return unavailable
-    if principal is not None and not principal.may_stream(group):
+    if principal is None:
+        return None
+    if not principal.may_stream(group):
         return _refusal(None, 403, f"this credential may not stream group {group!r}")
-    return None
+    return _grant(principal.name, bearer(request.headers.get("Authorization")) or "")
 
 
-async def acheck_poll(request: HttpRequest, group: str) -> HttpResponse | None:
-    """:func:`check_poll` for async views; no thread hop when auth is not required."""
+def _grant(owner: str, token: str) -> PollGrant:
+    if is_service_token(token):
+        return PollGrant(owner, credential=hash_token(token))
+    # A JWT that authenticate() verified: only its expiry is read here.
+    exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
+    return PollGrant(owner, expires_at=int(exp * 1000) if isinstance(exp, int | float) else None)
+
+
+async def acheck_poll(request: HttpRequest, group: str) -> HttpResponse | PollGrant | None:
+    """:func:`poll_access` for async views; no thread hop when auth is not required."""
     if not auth_required():
         return None
-    return await sync_to_async(check_poll)(request, group)
+    return await sync_to_async(poll_access)(request, group)

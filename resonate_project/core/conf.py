@@ -111,6 +111,9 @@ class ResonateSettings:
     # SSE: streams per web process (then 503), and how long a frame written to a stream stays
     # claimed for it: if the stream closes within this window the frame is delivered again.
     SSE_MAX_STREAMS: int = 1000
+    # Of those, how many one credential may hold (then 429), so one tenant cannot take every slot:
+    # -1 (the default) is half of SSE_MAX_STREAMS, 0 no share. Counted per web process.
+    SSE_MAX_STREAMS_PER_CREDENTIAL: int = -1
     SSE_ACK_GRACE_MS: int = 15_000
     # A stream ends (cleanly, once what it wrote is confirmed) after this long, and its client
     # reconnects: resonate-sdk 0.8.1 reads its stream under aiohttp's default 300 s total timeout

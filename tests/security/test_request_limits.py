@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
+from django.test import Client, override_settings
 
 from promises.models import Promise
+from resonate_project.core import cron
 from tasks_app.models import Task
 from tests.conftest import FAR, Api
+from tests.security.test_limits import post_envelope, snapshot
 
 TARGET = "resonate:target"
 WORKERS = {TARGET: "poll://any@workers"}
@@ -80,3 +82,59 @@ def test_a_lease_past_year_9999_renders_in_the_task_list_and_detail(api: Api, ro
     assert root.get("/admin/tasks_app/task/leased/change/").status_code == 200
     res = root.get("/api/tasks/leased")
     assert res.status_code == 200, res.content
+
+
+# --- 16: schedules past year 9999 ---------------------------------------------------------------
+
+
+def schedule(**extra: Any) -> dict[str, Any]:
+    return {"id": "s", "cron": "* * * * *", "promiseId": "{{.id}}", "promiseTimeout": 1, **extra}
+
+
+@pytest.mark.parametrize("now", [cron.LAST_RUN_MS - 1000, YEAR_10000, MS_MAX])
+def test_schedule_create_under_a_debug_clock_past_year_9999_is_a_400_naming_the_limit(
+    client: Client, db: Any, now: int
+) -> None:
+    """The finding: schedule.create answered 500 (croniter cannot represent the next run)."""
+    before = snapshot()
+    with override_settings(RESONATE={"DEBUG": True}):
+        body = envelope("schedule.create", schedule(), {"resonate:debug_time": now})
+        status, data = post_envelope(client, body)
+    assert status == 400, data
+    assert f"has no occurrence after {now} ms" in data
+    assert "9999-12-31 23:59:59.999 UTC" in data
+    assert snapshot() == before
+
+
+def test_a_schedule_with_its_last_run_in_9999_is_created_and_renders(
+    api: Api, root: Client
+) -> None:
+    res = api("schedule.create", now=cron.LAST_RUN_MS - 90_000, **schedule())
+    assert res.status == 200, res.data
+    assert res.data["schedule"]["nextRunAt"] == cron.LAST_RUN_MS - 59_999  # 23:59:00 UTC
+    page = root.get("/admin/schedules/schedule/s/change/")
+    assert page.status_code == 200
+    assert page.content.decode().count("9999-12-31 23:59:00.000 UTC") == 1  # nothing after it
+    assert root.get("/admin/schedules/schedule/").status_code == 200
+    assert root.get("/api/schedules/s").status_code == 200
+
+
+def test_an_overdue_schedule_renders_its_detail_page(api: Api, root: Client) -> None:
+    """Found on the way: the "already due" note was built with ``format_html`` and no
+    arguments, which Django 6 refuses (500)."""
+    assert api("schedule.create", now=1_000, **schedule()).ok
+    res = root.get("/admin/schedules/schedule/s/change/")
+    assert res.status_code == 200
+    assert "The first is already due" in res.content.decode()
+
+
+def test_next_after_raises_no_next_run_past_the_last_representable_instant() -> None:
+    assert cron.next_after("* * * * * *", cron.LAST_RUN_MS - 1000) == cron.LAST_RUN_MS - 999
+    for expr, instant in [
+        ("* * * * * *", cron.LAST_RUN_MS - 999),
+        ("* * * * *", cron.LAST_RUN_MS - 59_999),
+        ("0 0 29 2 *", cron.LAST_RUN_MS - 400 * 86_400_000),  # no 29 February after 9996
+        ("* * * * *", MS_MAX),
+    ]:
+        with pytest.raises(cron.NoNextRun, match=r"9999-12-31 23:59:59\.999 UTC"):
+            cron.next_after(expr, instant)
