@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from outbox.delivery import wire
-from outbox.models import PUSH_Q, Message
+from outbox.models import PUSH_Q, Message, Quarantine
 from outbox.services import resend
 from resonate_project.adminkit import (
     EMPTY,
@@ -211,3 +211,20 @@ class MessageAdmin(OperatorAdmin[Message]):
 
         self.run_each(request, rows, "Re-send", act)
         return self.after(request, rows)
+
+
+@admin.register(Quarantine)
+class QuarantineAdmin(admin.ModelAdmin):
+    """The rows an internal step set aside (``engine.steps``): read-only, each with its error;
+    deleting an entry lets the step try its row again."""
+
+    list_display = ("step", "row", "due_at", "at", "error")
+    list_filter = ("step",)
+    search_fields = ("row",)
+    readonly_fields = ("step", "row", "due_at", "at", "error")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Quarantine | None = None) -> bool:
+        return False

@@ -10,22 +10,34 @@ A push message that keeps failing is *dead-lettered* (``dead_at`` set) after ``P
 attempts or ``PUSH_MAX_AGE_MS`` after it was written: kept, never claimed again, listed in the
 admin and the resource API, and due again when an operator re-sends it or a newer upsert of its
 key replaces it.
+
+A row that cannot be read back (a corrupt value that no longer decodes, say) is dead-lettered by
+the claim that meets it, with the error, and the claim goes on with the other rows: one bad row
+never holds up a drainer's batch (README "Delivery").
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Q
 
-from outbox.models import Message
+from outbox.models import Message, Unreadable
 from resonate_project.core.conf import resonate_settings
 from resonate_project.engine import rows
+
+log = logging.getLogger("resonate.delivery")
+
+# Failures of the database itself (unreachable, restarting, a deadlock): never the fault of one row,
+# so a loop keeps what it was doing for its next pass instead of setting a row aside.
+UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+ERROR_MAX_CHARS = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +60,8 @@ def wire(m: Message) -> dict[str, Any]:
             "head": {"serverUrl": url} if url else {},
             "data": {"task": {"id": m.task_id, "version": m.version}},
         }
+    if isinstance(m.promise, Unreadable):
+        raise ValueError(f"its stored promise does not decode ({m.promise.error})")
     return {"kind": "unblock", "head": {}, "data": {"promise": m.promise}}
 
 
@@ -70,22 +84,27 @@ def claim(where: Q, now: int, limit: int, lease: int | None = None) -> list[Clai
             .values("key", "next_attempt_at")[:limit]
         )
         sql, params = due.query.sql_with_params()
-        return _claim_due(sql, list(params), now + lease)
+        return _claim_due(sql, list(params), now, now + lease)
     with transaction.atomic():
-        rows = list(
+        # Raw rows, so that one that does not decode is set aside instead of failing the claim.
+        locked = (
             Message.objects.select_for_update(skip_locked=True)
             .filter(where, next_attempt_at__lte=now, dead_at__isnull=True)
             .order_by("next_attempt_at")[:limit]
         )
-        if not rows:
+        sql, params = locked.query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            found = [list(row) for row in cursor.fetchall()]
+        if not found:
             return []
-        Message.objects.filter(key__in=[m.key for m in rows]).update(
+        Message.objects.filter(key__in=[row[_KEY] for row in found]).update(
             next_attempt_at=now + lease, attempts=F("attempts") + 1, revision=F("revision") + 1
         )
-    return [
-        Claimed(m.key, m.revision + 1, m.kind, m.address, m.attempts + 1, encode(m), m.created_at)
-        for m in rows
-    ]
+    for row in found:  # as the claim left them
+        row[_REVISION] += 1
+        row[_ATTEMPTS] += 1
+    return _claimed(found, now)
 
 
 def claim_routes(routes: Sequence[str], now: int, limit: int, lease: int) -> list[Claimed]:
@@ -100,7 +119,7 @@ def claim_routes(routes: Sequence[str], now: int, limit: int, lease: int) -> lis
         f"WHERE {_q('poll_route')} IN ({marks}) AND {_q('next_attempt_at')} <= %s "
         f"AND {_q('dead_at')} IS NULL ORDER BY {_q('next_attempt_at')} LIMIT %s"
     )
-    return _claim_due(due, [*routes, now, limit], now + lease)
+    return _claim_due(due, [*routes, now, limit], now, now + lease)
 
 
 def _q(name: str) -> str:
@@ -120,17 +139,59 @@ def _claim_sql(due: str) -> str:
     )
 
 
-def _claim_due(due: str, params: list[Any], until: int) -> list[Claimed]:
+def _claim_due(due: str, params: list[Any], now: int, until: int) -> list[Claimed]:
     with connection.cursor() as cursor:
         cursor.execute(_claim_sql(due), [until, *params])
         found = sorted(cursor.fetchall(), key=lambda row: (row[0], row[1]))
-    return [
-        Claimed(m.key, m.revision, m.kind, m.address, m.attempts, encode(m), m.created_at)
-        for m in rows.build(Message, [row[1:] for row in found])
-    ]
+    return _claimed([row[1:] for row in found], now)
+
+
+def _claimed(found: Sequence[Sequence[Any]], now: int) -> list[Claimed]:
+    """The claimed rows (every column, in field order) as messages to send. A row that does not
+    decode or encode is dead-lettered with its error (its lease is its claim's) and left out."""
+    out = []
+    for raw in found:
+        try:
+            (m,) = rows.build(Message, [raw])
+            out.append(
+                Claimed(m.key, m.revision, m.kind, m.address, m.attempts, encode(m), m.created_at)
+            )
+        except UNAVAILABLE:
+            raise
+        except Exception as exc:
+            key, revision = raw[_KEY], raw[_REVISION]
+            log.exception("outbox message %s cannot be read; dead-lettered", key)
+            dead_letter(key, revision, now, f"unreadable row: {error_text(exc)}")
+    return out
+
+
+def dead_letter(key: str, revision: int, now: int, error: str) -> bool:
+    """Set this message aside as a dead letter at once (it can never be delivered as it is),
+    unless it changed since ``revision``; an operator sees it with ``error`` and may re-send it.
+    True if it was."""
+    return bool(
+        Message.objects.filter(key=key, revision=revision).update(
+            dead_at=now,
+            next_attempt_at=now,
+            last_error=safe_text(error),
+            revision=F("revision") + 1,
+        )
+    )
+
+
+def error_text(exc: BaseException) -> str:
+    return safe_text(f"{type(exc).__name__}: {exc}")
+
+
+def safe_text(text: str) -> str:
+    """``text`` as a text column of any database stores it: at most ``ERROR_MAX_CHARS``, and no
+    NUL (PostgreSQL refuses it, so an error quoting a NUL byte would fail its own write)."""
+    return text[:ERROR_MAX_CHARS].replace("\x00", "\\x00")
 
 
 _TABLE = Message._meta.db_table
+_NAMES = [str(f.attname) for f in Message._meta.concrete_fields]
+_KEY, _REVISION, _ATTEMPTS = (_NAMES.index(n) for n in ("key", "revision", "attempts"))
 # Pairs per statement: a row-value IN list is planned as one index probe per pair.
 _CHUNK = 500
 
@@ -193,7 +254,7 @@ def fail(item: Claimed, now: int, error: str) -> bool:
     Message.objects.filter(key=item.key, revision=item.revision).update(
         next_attempt_at=now if dead else retry_at,
         dead_at=now if dead else None,
-        last_error=error[:2000],
+        last_error=safe_text(error),
         revision=F("revision") + 1,
     )
     return dead

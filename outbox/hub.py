@@ -36,6 +36,17 @@ stream was replaced, gets it again, and so may a frame written more than ``IN_FL
 its claim (a stream slow to drain), whose lease can lapse first. A ``(group, id)`` connected to
 two web processes at once is two streams (replacement is per process); each takes what its hub
 claims.
+
+One bad stream or row never stops the others (the hub thread is shared by every stream of the
+process): a stream whose registration the database refuses is closed with the reason, a message
+that cannot be read or routed is dead-lettered with its error (``delivery.dead_letter``), and the
+pass goes on. Only the database itself being unavailable fails a pass, which is then retried
+whole.
+
+Streams opened with a credential are closed when it stops being valid: a revoked service
+credential within ``CREDENTIAL_CHECK_MS`` (one query for every service credential the process's
+streams use, so it holds whichever process revoked it), a JWT when it expires. Each credential
+holds at most ``SSE_MAX_STREAMS_PER_CREDENTIAL`` of the process's streams.
 """
 
 from __future__ import annotations
@@ -49,15 +60,16 @@ import socket
 import threading
 import uuid
 import weakref
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 
 from outbox import delivery
-from outbox.delivery import Claimed
+from outbox.delivery import UNAVAILABLE, Claimed
 from outbox.models import Subscriber
+from resonate_project.access.models import ServiceCredential
 from resonate_project.core.addresses import parse_poll, stream_routes
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
@@ -76,7 +88,32 @@ KEEPALIVE = b": keepalive\n\n"
 # How long a stream registration may go unrefreshed before any hub deletes it.
 STALE_SUBSCRIBER_MS = 60_000
 
+# How often the hub checks that the credentials of its open streams are still valid: a revoked
+# one's streams end within this long (one indexed query per check for all of them).
+CREDENTIAL_CHECK_MS = 2_000
+# Credential hashes per query of that check.
+CREDENTIAL_CHUNK = 500
+
 Key = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Opener:
+    """Who opened a stream (``access.gate.check_poll``): ``owner`` names the credential (what the
+    per-credential share counts by), ``credential`` is a service credential's token hash (checked
+    for revocation), ``expires_at`` a JWT's expiry (ms)."""
+
+    owner: str
+    credential: str | None = None
+    expires_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Full:
+    """A stream refused for want of room: the limit (setting) reached, and its value."""
+
+    setting: str
+    limit: int
 
 
 @dataclass(eq=False)
@@ -93,6 +130,9 @@ class Stream:
     # Written and not yet confirmed, oldest first: (when the write started, the message).
     unconfirmed: deque[tuple[int, Claimed]] = field(default_factory=deque)
     closed: bool = False
+    opener: Opener | None = None
+    # Why the hub ended the stream (written to the client as a comment before the response ends).
+    reason: str | None = None
 
     def offer(self, item: Claimed) -> None:
         if self.closed:
@@ -174,6 +214,8 @@ class Stream:
                     confirmed.append(self.unconfirmed.popleft()[1])
                 if confirmed:
                     self.hub.ack(confirmed)
+            if self.reason is not None:
+                yield f": closed: {self.reason}\n\n".encode()
         finally:
             self.hub.disconnect(self)
 
@@ -184,6 +226,7 @@ class Hub:
         self._autostart = autostart
         self._lock = threading.Lock()
         self._streams: dict[Key, Stream] = {}
+        self._owned: Counter[str] = Counter()  # streams per Opener.owner
         self._acks: list[Claimed] = []
         self._releases: list[Claimed] = []
         self._gone: set[Key] = set()
@@ -191,21 +234,38 @@ class Hub:
         self._changes = 0  # bumped whenever _streams changes; the hub thread caches its routes
         self._routes: tuple[int, list[str], dict[str, list[Stream]]] = (-1, [], {})
         self._refreshed_at = 0
+        self._checked_at = 0
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     # --- event-loop side (no database access here) ---------------------------------------------
 
-    def connect(self, group: str, stream_id: str) -> Stream | None:
-        """A new stream for ``(group, stream_id)``, replacing one already here; None when the
-        process holds ``SSE_MAX_STREAMS`` streams."""
+    def connect(self, group: str, stream_id: str, opener: Opener | None = None) -> Stream | None:
+        """:meth:`admit`, None when there is no room."""
+        stream = self.admit(group, stream_id, opener)
+        return None if isinstance(stream, Full) else stream
+
+    def admit(self, group: str, stream_id: str, opener: Opener | None = None) -> Stream | Full:
+        """A new stream for ``(group, stream_id)``, replacing one already here; ``Full`` when the
+        process holds ``SSE_MAX_STREAMS`` streams, or the opener's credential its share of them."""
         key = (group, stream_id)
-        stream = Stream(self, group, stream_id, asyncio.get_running_loop())
+        stream = Stream(self, group, stream_id, asyncio.get_running_loop(), opener=opener)
+        conf = resonate_settings()
+        share = per_credential_limit(conf.SSE_MAX_STREAMS_PER_CREDENTIAL, conf.SSE_MAX_STREAMS)
         with self._lock:
             old = self._streams.get(key)
-            if old is None and len(self._streams) >= resonate_settings().SSE_MAX_STREAMS:
-                return None
+            if old is None and len(self._streams) >= conf.SSE_MAX_STREAMS:
+                return Full("SSE_MAX_STREAMS", conf.SSE_MAX_STREAMS)
+            owner = opener.owner if opener is not None else None
+            if owner is not None and share > 0:
+                held = self._owned[owner] - (1 if old is not None and _owner(old) == owner else 0)
+                if held >= share:
+                    return Full("SSE_MAX_STREAMS_PER_CREDENTIAL", share)
+            if old is not None:
+                self._unown(old)
             self._streams[key] = stream
+            if owner is not None:
+                self._owned[owner] += 1
             self._changes += 1
             metrics.set_sse_streams(len(self._streams))
             if old is None:
@@ -218,12 +278,21 @@ class Hub:
         self._wake.set()
         return stream
 
+    def _unown(self, stream: Stream) -> None:
+        """Under the lock: ``stream`` no longer counts against its credential's share."""
+        owner = _owner(stream)
+        if owner is not None:
+            self._owned[owner] -= 1
+            if self._owned[owner] <= 0:
+                del self._owned[owner]
+
     def disconnect(self, stream: Stream) -> None:
         held = stream.close()
         key = (stream.group, stream.id)
         with self._lock:
             if self._streams.get(key) is stream:
                 del self._streams[key]
+                self._unown(stream)
                 self._changes += 1
                 metrics.set_sse_streams(len(self._streams))
                 self._new.discard(key)
@@ -248,6 +317,25 @@ class Hub:
         with self._lock:
             return len(self._streams)
 
+    def end(self, stream: Stream, reason: str, registered: bool = True) -> None:
+        """From the hub thread: take ``stream`` out of the hub at once (its routes are no longer
+        claimed for) and end its response with ``reason``; what it held goes back to the outbox.
+        ``registered``: whether its ``Subscriber`` row exists (and is to be deleted)."""
+        key = (stream.group, stream.id)
+        with self._lock:
+            if self._streams.get(key) is not stream:
+                return
+            del self._streams[key]
+            self._unown(stream)
+            self._changes += 1
+            metrics.set_sse_streams(len(self._streams))
+            self._new.discard(key)
+            if registered:
+                self._gone.add(key)
+        log.warning("SSE stream %s/%s closed: %s", stream.group, stream.id, reason)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server is exiting
+            stream.loop.call_soon_threadsafe(_end, stream, reason)
+
     # --- hub thread ------------------------------------------------------------------------------
 
     def _start(self) -> None:
@@ -269,8 +357,10 @@ class Hub:
                 self._wake.wait(0.5)
 
     def run_once(self) -> None:
-        """Settle what the streams reported, then deliver what is due for them."""
+        """Settle what the streams reported, end the streams whose credential is no longer
+        valid, then deliver what is due for the others."""
         self._flush()
+        self._check_credentials()
         self._deliver()
 
     def _flush(self) -> None:
@@ -298,7 +388,17 @@ class Hub:
         now = self.clock()
         delivery.release(releases, now)
         for group, stream_id in gone:
-            Subscriber.objects.filter(group=group, stream_id=stream_id, process=PROCESS).delete()
+            try:
+                with transaction.atomic():
+                    Subscriber.objects.filter(
+                        group=group, stream_id=stream_id, process=PROCESS
+                    ).delete()
+            except UNAVAILABLE:
+                raise
+            except Exception:  # left for the sweep of stale rows below
+                log.exception(
+                    "SSE stream %s/%s: its registration cannot be deleted", group, stream_id
+                )
         # The registry is refreshed on connect and then once per fallback interval, not on every
         # wake-up (a wake-up follows every commit that wrote a message).
         fallback = resonate_settings().POLL_FALLBACK_MS
@@ -316,15 +416,76 @@ class Hub:
             stale = now - max(STALE_SUBSCRIBER_MS, 20 * max(fallback, 1000))
             Subscriber.objects.filter(seen_at__lt=stale).delete()
         if new:
-            Subscriber.objects.bulk_create(
-                [Subscriber(group=g, stream_id=i, process=PROCESS, seen_at=now) for g, i in new],
-                update_conflicts=True,
-                unique_fields=["group", "stream_id", "process"],
-                update_fields=["seen_at"],
-            )
+            self._register(new, now)
         # Counted once the pass went through (a failed pass is retried whole).
         metrics.record_deliveries("sse", delivered=len(acks))
         metrics.record_redeliveries("sse", len(releases))
+
+    def _register(self, new: set[Key], now: int) -> None:
+        """Write the ``Subscriber`` rows of new streams; a stream whose row the database refuses
+        (its group or id cannot be stored) is ended, and the others are registered."""
+
+        def write(keys: list[Key]) -> None:
+            with transaction.atomic():
+                Subscriber.objects.bulk_create(
+                    [
+                        Subscriber(group=g, stream_id=i, process=PROCESS, seen_at=now)
+                        for g, i in keys
+                    ],
+                    update_conflicts=True,
+                    unique_fields=["group", "stream_id", "process"],
+                    update_fields=["seen_at"],
+                )
+
+        keys = sorted(new)
+        try:
+            write(keys)
+            return
+        except UNAVAILABLE:
+            raise
+        except Exception:
+            if len(keys) == 1:
+                self._refuse(keys[0])
+                return
+        for key in keys:  # one of them is refused: find which, register the others
+            try:
+                write([key])
+            except UNAVAILABLE:
+                raise
+            except Exception:
+                self._refuse(key)
+
+    def _refuse(self, key: Key) -> None:
+        log.exception("SSE stream %s/%s cannot be registered", *key)
+        with self._lock:
+            stream = self._streams.get(key)
+        if stream is not None:
+            self.end(stream, "the database refused this stream's group or id", registered=False)
+
+    def _check_credentials(self) -> None:
+        """End the streams whose credential was revoked (in any process: revocation is a row) or
+        whose JWT expired; every ``CREDENTIAL_CHECK_MS``."""
+        now = self.clock()
+        if now - self._checked_at < CREDENTIAL_CHECK_MS:
+            return
+        self._checked_at = now
+        with self._lock:
+            opened = [(s, s.opener) for s in self._streams.values() if s.opener is not None]
+        if not opened:
+            return
+        hashes = sorted({o.credential for _, o in opened if o.credential is not None})
+        valid: set[str] = set()
+        for i in range(0, len(hashes), CREDENTIAL_CHUNK):
+            valid.update(
+                ServiceCredential.objects.filter(
+                    token_hash__in=hashes[i : i + CREDENTIAL_CHUNK], revoked_at__isnull=True
+                ).values_list("token_hash", flat=True)
+            )
+        for stream, opener in opened:
+            if opener.credential is not None and opener.credential not in valid:
+                self.end(stream, "credential revoked")
+            elif opener.expires_at is not None and opener.expires_at <= now:
+                self.end(stream, "credential expired")
 
     def _held(self) -> tuple[dict[Key, Stream], list[str], dict[str, list[Stream]]]:
         """The streams, their routes (sorted) and the streams of each group."""
@@ -348,15 +509,51 @@ class Hub:
         for i in range(0, len(routes), ROUTE_CHUNK):
             chunk = routes[i : i + ROUTE_CHUNK]
             while True:
-                items = delivery.claim_routes(chunk, self.clock(), batch, lease)
+                try:
+                    items = delivery.claim_routes(chunk, self.clock(), batch, lease)
+                except UNAVAILABLE:
+                    raise
+                except Exception:
+                    # A route the database refuses: a stream connected during this pass, whose
+                    # registration at the next pass ends it. The other chunks go on meanwhile.
+                    log.exception("SSE claim failed for %d routes; trying again", len(chunk))
+                    self._wake.set()
+                    break
                 unroutable = []
                 for item in items:
-                    stream = _route(item, streams, by_group, self.clock())
+                    try:
+                        stream = _route(item, streams, by_group, self.clock())
+                    except UNAVAILABLE:
+                        raise
+                    except Exception as exc:
+                        log.exception("outbox message %s cannot be routed; dead-lettered", item.key)
+                        error = f"cannot be routed: {delivery.error_text(exc)}"
+                        delivery.dead_letter(item.key, item.revision, self.clock(), error)
+                        continue
                     if stream is None or not _hand(stream, item):
                         unroutable.append(item)
                 delivery.release(unroutable, self.clock())
                 if len(items) < batch:
                     break
+
+
+def per_credential_limit(setting: int, max_streams: int) -> int:
+    """``SSE_MAX_STREAMS_PER_CREDENTIAL`` as a number of streams: -1 (the default) is half of
+    ``SSE_MAX_STREAMS`` (at least 1), 0 no limit."""
+    if setting < 0:
+        return max(max_streams // 2, 1)
+    return setting
+
+
+def _owner(stream: Stream) -> str | None:
+    return stream.opener.owner if stream.opener is not None else None
+
+
+def _end(stream: Stream, reason: str) -> None:
+    """On the stream's loop: end it with ``reason`` (``Stream.frames`` writes it last)."""
+    if not stream.closed:
+        stream.reason = reason
+    stream.hub.disconnect(stream)
 
 
 def _hand_over(old: Stream, new: Stream) -> None:

@@ -6,10 +6,33 @@ it while the message was in flight.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 # Rows addressed to an http(s):// destination (delivered by the push drain, not the SSE hub).
 PUSH_Q = models.Q(address__startswith="http://") | models.Q(address__startswith="https://")
+
+
+class Unreadable(dict[str, Any]):
+    """A stored JSON value that no longer decodes (a corrupt row): reads as an empty object, so
+    the admin and the resource API still list its message, and the claim that meets it
+    dead-letters the message with ``error``. The column itself is left as it is."""
+
+    error = ""
+
+
+class MessageJSONField(models.JSONField):
+    """A JSON column whose unreadable value reads as :class:`Unreadable` instead of raising, so
+    one corrupt message cannot fail every query that reads it along with the others."""
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        try:
+            return super().from_db_value(value, expression, connection)
+        except (ValueError, RecursionError) as exc:
+            unreadable = Unreadable()
+            unreadable.error = f"{type(exc).__name__}: {exc}"
+            return unreadable
 
 
 class MessageKind(models.TextChoices):
@@ -23,7 +46,7 @@ class Message(models.Model):
     address = models.TextField()
     task_id = models.TextField(null=True, blank=True)
     version = models.IntegerField(null=True, blank=True)
-    promise = models.JSONField(null=True, blank=True, help_text="unblock: the settled record")
+    promise = MessageJSONField(null=True, blank=True, help_text="unblock: the settled record")
     created_at = models.BigIntegerField(help_text="ms: when the transition wrote it")
     revision = models.BigIntegerField(default=1)
     attempts = models.IntegerField(default=0)
@@ -94,3 +117,25 @@ class RequestMinute(models.Model):
 
     def __str__(self) -> str:
         return str(self.minute_ms)
+
+
+class Quarantine(models.Model):
+    """A row an internal step could not process (it raised while the rest of its batch did not):
+    set aside so the step goes on with the others, and shown to operators with its error. The
+    step skips the row while its due time is still ``due_at``; a row whose due time changes, or
+    whose entry an operator deletes (the admin, Outbox → Quarantined rows), is tried again."""
+
+    step = models.CharField(max_length=50, help_text="the step that raised (engine.steps)")
+    row = models.TextField(help_text="the row's primary key")
+    due_at = models.BigIntegerField(
+        null=True, blank=True, help_text="ms: the row's due time when it was set aside"
+    )
+    error = models.TextField()
+    at = models.BigIntegerField(help_text="ms: when it was set aside")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["step", "row"], name="quarantine_unique")]
+        verbose_name = "quarantined row"
+
+    def __str__(self) -> str:
+        return f"{self.step}: {self.row}"

@@ -330,7 +330,14 @@ class _Pump:
                 # The destination's other due messages wait as long as this one.
                 retry_at = now + delivery.backoff_ms(item.attempts)
                 self.cooling[dest] = max(self.cooling.get(dest, 0), retry_at)
-            if delivery.fail(item, now, outcome.error):
+            try:
+                dead = delivery.fail(item, now, outcome.error)
+            except delivery.UNAVAILABLE:
+                raise
+            except Exception:  # this row's write only: the others are settled all the same
+                log.exception("push to %s: its failure cannot be recorded", item.address)
+                continue  # its lease lapses and it is tried again
+            if dead:
                 log.warning(
                     "push to %s dead-lettered after %d attempts: %s",
                     item.address,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from outbox.models import Message
+from outbox.models import Message, Unreadable
 
 
 def message_record(m: Message) -> dict[str, Any]:
@@ -21,6 +21,8 @@ def message_record(m: Message) -> dict[str, Any]:
     }
     if m.kind == "execute":
         record["task"] = {"id": m.task_id, "version": m.version}
+    elif isinstance(m.promise, Unreadable):  # a corrupt row (dead-lettered by its claim)
+        record["promise"] = {"id": None, "state": None}
     elif m.promise:
         record["promise"] = {"id": m.promise.get("id"), "state": m.promise.get("state")}
     if m.dead_at is not None:

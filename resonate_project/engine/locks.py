@@ -17,6 +17,7 @@ committed task.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from promises.models import Promise
 from resonate_project.engine import rows
@@ -55,13 +56,14 @@ def task_read(task_id: str) -> tuple[Task | None, Promise | None]:
 
 
 def due_tasks_for_update(
-    state: str, field: str, now: int, limit: int
+    state: str, field: str, now: int, limit: int, *where: Any
 ) -> list[tuple[Task, Promise]]:
     """Claim the promises of due tasks (SKIP LOCKED), then read their tasks after the locks are
-    held and keep those still due (the task is re-read for the reason given above)."""
+    held and keep those still due (the task is re-read for the reason given above). ``where``:
+    further filters on the promises (the step's rows set aside, or one row)."""
     claimed = list(
         Promise.objects.select_for_update(skip_locked=True, of=("self",))
-        .filter(**{"task__state": state, f"task__{field}__lte": now})
+        .filter(*where, **{"task__state": state, f"task__{field}__lte": now})
         .order_by(f"task__{field}")[:limit]
     )
     tasks = {t.pk: t for t in Task.objects.filter(pk__in=[p.id for p in claimed])}

@@ -4,17 +4,29 @@ dispatch, R3 listener drain, R4 callback drain, and the runner that drives them.
 Each step is ``(now, limit) -> count``: one unit of work claiming at most ``limit`` due rows with
 ``SKIP LOCKED`` (so concurrent sweepers never process the same row), re-checking every guard ("an
 armed timer means not before").
+
+One row never stops the others (README "Delivery"): when a step's batch raises for anything but
+the database being unavailable, the runner goes through that batch again one row per
+transaction, and a row that raises on its own is *set aside* (an ``outbox.Quarantine`` entry,
+logged, shown in the admin with its error) while the others, and the steps after it, run. A step
+skips its set-aside rows while their due time is unchanged (as does ``due_heads``, so the runner
+does not wake for them); deleting the entry, or a new due time, lets the step try the row again.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db.models import Exists, Model, OuterRef, Q, TextField
+from django.db.models.functions import Cast
 from opentelemetry import trace
 
-from promises.models import Callback, Listener, Promise
+from outbox.models import Quarantine
+from promises.models import Callback, Listener, Promise, PromiseState
 from resonate_project.core import cron
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import promise_record
@@ -29,12 +41,26 @@ from resonate_project.observability import metrics
 from schedules.models import Schedule
 from tasks_app.models import Task, TaskState
 
+log = logging.getLogger("resonate.steps")
 
-def promise_timeouts(now: int, limit: int) -> int:
+# The database itself failing (unreachable, restarting, a deadlock): the pass is retried whole,
+# and no row is set aside for it.
+UNAVAILABLE: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+
+
+def promise_timeouts(now: int, limit: int, only: Any = None) -> int:
     """R1: settle external promises whose deadline has passed (C1: only external ones are armed;
-    an internal promise's deadline is projection only)."""
+    an internal promise's deadline is projection only). ``only``: just this row, if due (each
+    step takes it: the runner's pass over a failed batch, one row at a time)."""
     with unit_of_work(now, steps=True) as fx:
-        due = rows.due(Promise, _ARMED, "timeout_at", now, limit)
+        if only is None:
+            due = rows.due(Promise, _ARMED_SPARED, "timeout_at", now, limit)
+        else:
+            due = [
+                p
+                for p in rows.by_ids(Promise, [only], for_update=True)
+                if p.external and p.state == PromiseState.PENDING and p.timeout_at <= now
+            ]
         deadlines = [p.timeout_at for p in due]
         for p in due:
             promises.time_out(p, fx)
@@ -42,33 +68,33 @@ def promise_timeouts(now: int, limit: int) -> int:
     return len(due)
 
 
-def listener_drain(now: int, limit: int) -> int:
+def listener_drain(now: int, limit: int, only: Any = None) -> int:
     """R3 for listeners left ready by a settlement made while the steps were paused."""
     with unit_of_work(now, steps=True):
         found = list(
             Listener.objects.select_for_update(skip_locked=True, of=("self",))
             .select_related("awaited")
-            .filter(ready=True)[:limit]
+            .filter(_one(only), _spared("listener_drain", None), ready=True)[:limit]
         )
         records = {r.awaited_id: promise_record(r.awaited, now) for r in found}
         triples = [(r.id, r.awaited_id, r.address) for r in found]
         return promises.unblock_listeners(triples, records, now)
 
 
-def callback_drain(now: int, limit: int) -> int:
+def callback_drain(now: int, limit: int, only: Any = None) -> int:
     """R4 for callbacks left ready (the awaiter was busy at settlement, or the steps were
     paused): resume each awaiter, with the deadline guard of C6."""
     with unit_of_work(now, steps=True) as fx:
         found = list(
             Callback.objects.select_for_update(skip_locked=True)
-            .filter(ready=True)
+            .filter(_one(only), _spared("callback_drain", None), ready=True)
             .values_list("id", "awaited_id", "awaiter_id")[:limit]
         )
         busy = promises.resume_callbacks(found, now, fx)
         return len(found) - len(busy)
 
 
-def schedule_fire(now: int, limit: int) -> int:
+def schedule_fire(now: int, limit: int, only: Any = None) -> int:
     """R7: create every occurrence due in ``[nextRunAt, now]``, each as if at its own instant, up
     to ``SCHEDULE_CATCHUP_BATCH`` per schedule per call; returns the occurrences fired."""
     per_schedule = resonate_settings().SCHEDULE_CATCHUP_BATCH
@@ -77,7 +103,7 @@ def schedule_fire(now: int, limit: int) -> int:
     with unit_of_work(now, steps=True) as fx:
         due = list(
             Schedule.objects.select_for_update(skip_locked=True)
-            .filter(next_run_at__lte=now)
+            .filter(_one(only), _spared("schedule_fire", "next_run_at"), next_run_at__lte=now)
             .order_by("next_run_at")[:limit]
         )
         for s in due:
@@ -124,12 +150,13 @@ def occurrence_tags(schedule_id: str, promise_id: str) -> dict[str, str]:
     }
 
 
-def lease_expiry(now: int, limit: int) -> int:
+def lease_expiry(now: int, limit: int, only: Any = None) -> int:
     """R5: an acquired task whose lease passed goes back to pending (same version) and is
     dispatched again. If its promise is dead it is not re-pended (C5): its timeout is applied
     instead, which fulfils it."""
     with unit_of_work(now, steps=True) as fx:
-        due = due_tasks_for_update(TaskState.ACQUIRED, "expires_at", now, limit)
+        spared = _spared("lease_expiry", "task__expires_at")
+        due = due_tasks_for_update(TaskState.ACQUIRED, "expires_at", now, limit, _one(only), spared)
         deadlines = [task.expires_at or now for task, _ in due]  # before they change
         for task, p in due:
             if promises.live_or_time_out(p, now, fx):
@@ -138,11 +165,12 @@ def lease_expiry(now: int, limit: int) -> int:
     return len(due)
 
 
-def retry_dispatch(now: int, limit: int) -> int:
+def retry_dispatch(now: int, limit: int, only: Any = None) -> int:
     """R6: a pending task nobody acquired is offered again every RETRY_TIMEOUT_MS. No dispatch for
     the dead (C5): a task whose promise is dead gets its timeout applied instead."""
     with unit_of_work(now, steps=True) as fx:
-        due = due_tasks_for_update(TaskState.PENDING, "retry_at", now, limit)
+        spared = _spared("retry_dispatch", "task__retry_at")
+        due = due_tasks_for_update(TaskState.PENDING, "retry_at", now, limit, _one(only), spared)
         deadlines = [task.retry_at or now for task, _ in due]  # before they change
         for task, p in due:
             if promises.live_or_time_out(p, now, fx):
@@ -154,11 +182,41 @@ def retry_dispatch(now: int, limit: int) -> int:
 # Per step with a deadline: the table, its column, the partial index the step sweeps and that
 # index's condition (repeated verbatim: SQLite uses a partial index only for a query implying it).
 _ARMED = '"external" AND "state" = \'pending\''  # promise_armed_timeout's condition
+
+
+def _spared_sql(step: str, model: type[Any], column: str) -> str:
+    """SQL: the row of ``model`` is not set aside by ``step`` at its current ``column``."""
+    table = f'"{model._meta.db_table}"'
+    return (
+        f'NOT EXISTS (SELECT 1 FROM "{Quarantine._meta.db_table}" q WHERE q."step" = \'{step}\' '
+        f'AND q."row" = {table}."id" AND q."due_at" = {table}."{column}")'
+    )
+
+
+_ARMED_SPARED = f"{_ARMED} AND {_spared_sql('promise_timeouts', Promise, 'timeout_at')}"
 _DEADLINES = (
-    (promise_timeouts, Promise, "timeout_at", "promise_armed_timeout", _ARMED),
-    (schedule_fire, Schedule, "next_run_at", "schedule_due", ""),
-    (lease_expiry, Task, "expires_at", "task_due_lease", "\"state\" = 'acquired'"),
-    (retry_dispatch, Task, "retry_at", "task_due_retry", "\"state\" = 'pending'"),
+    (promise_timeouts, Promise, "timeout_at", "promise_armed_timeout", _ARMED_SPARED),
+    (
+        schedule_fire,
+        Schedule,
+        "next_run_at",
+        "schedule_due",
+        _spared_sql("schedule_fire", Schedule, "next_run_at"),
+    ),
+    (
+        lease_expiry,
+        Task,
+        "expires_at",
+        "task_due_lease",
+        "\"state\" = 'acquired' AND " + _spared_sql("lease_expiry", Task, "expires_at"),
+    ),
+    (
+        retry_dispatch,
+        Task,
+        "retry_at",
+        "task_due_retry",
+        "\"state\" = 'pending' AND " + _spared_sql("retry_dispatch", Task, "retry_at"),
+    ),
 )
 
 
@@ -190,7 +248,12 @@ def next_due() -> int | None:
     return min(due_heads().values(), default=None)
 
 
-Step = Callable[[int, int], int]
+class Step(Protocol):
+    __name__: str
+
+    def __call__(self, now: int, limit: int, only: Any = None) -> int: ...
+
+
 STEPS: tuple[Step, ...] = (
     promise_timeouts,
     schedule_fire,
@@ -229,10 +292,84 @@ def _run_steps(now: int, limit: int, steps: Sequence[Step]) -> int:
         while True:
             started = time.perf_counter()
             with _tracer.start_as_current_span(f"resonate step {step.__name__}") as span:
-                n = step(now, limit)
+                try:
+                    n = step(now, limit)
+                except UNAVAILABLE:
+                    raise
+                except Exception:
+                    log.exception(
+                        "step %s failed; going through its rows one by one", step.__name__
+                    )
+                    n = _one_by_one(step, now, limit)
                 span.set_attribute("resonate.rows", n)
             metrics.record_step(step.__name__, n, time.perf_counter() - started)
             total += n
             if n < limit:
                 break
     return total
+
+
+# --- rows set aside -------------------------------------------------------------------------------
+
+
+def _one(only: Any) -> Q:
+    return Q() if only is None else Q(pk=only)
+
+
+def _spared(step: str, due: str | None) -> Any:
+    """The queryset filter: the row is not set aside by ``step`` (at its current ``due``)."""
+    entries = Quarantine.objects.filter(step=step, row=Cast(OuterRef("pk"), TextField()))
+    if due is not None:
+        entries = entries.filter(due_at=OuterRef(due))
+    return ~Exists(entries)
+
+
+# What each step sweeps, for going through a failed batch: the model, the rows' condition, the
+# due column (None: a drain, whose rows are ready at once).
+_ROWS: dict[str, tuple[type[Model], Q, str | None]] = {
+    "promise_timeouts": (Promise, Q(external=True, state=PromiseState.PENDING), "timeout_at"),
+    "schedule_fire": (Schedule, Q(), "next_run_at"),
+    "lease_expiry": (Task, Q(state=TaskState.ACQUIRED), "expires_at"),
+    "retry_dispatch": (Task, Q(state=TaskState.PENDING), "retry_at"),
+    "listener_drain": (Listener, Q(ready=True), None),
+    "callback_drain": (Callback, Q(ready=True), None),
+}
+
+
+def _candidates(step: str, now: int, limit: int) -> list[tuple[Any, int | None]]:
+    """The rows ``step``'s batch would take, (key, due time), soonest first, without decoding
+    them (a row that does not decode is one to find)."""
+    if step not in _ROWS:
+        return []
+    model, where, due = _ROWS[step]
+    qs = model._default_manager.filter(where, _spared(step, due))
+    if due is None:
+        return [(pk, None) for pk in qs.order_by("pk").values_list("pk", flat=True)[:limit]]
+    found = qs.filter(**{f"{due}__lte": now}).order_by(due).values_list("pk", due)[:limit]
+    return [(pk, at) for pk, at in found]
+
+
+def _one_by_one(step: Step, now: int, limit: int) -> int:
+    """The rows of a batch that raised, each in its own transaction: a row that raises alone is
+    set aside, the others are processed. Returns the rows gone through."""
+    name = step.__name__
+    found = _candidates(name, now, limit)
+    for pk, due_at in found:
+        try:
+            step(now, 1, only=pk)
+        except UNAVAILABLE:
+            raise
+        except Exception as exc:
+            log.exception("step %s: row %s set aside", name, pk)
+            set_aside(name, pk, due_at, now, exc)
+    return len(found)
+
+
+def set_aside(step: str, pk: Any, due_at: int | None, now: int, exc: BaseException) -> None:
+    """Record the row ``step`` could not process, for operators; it skips it from now on (while
+    its due time is ``due_at``)."""
+    error = f"{type(exc).__name__}: {exc}"[:2000].replace("\x00", "\\x00")
+    with transaction.atomic():
+        Quarantine.objects.update_or_create(
+            step=step, row=str(pk), defaults={"due_at": due_at, "error": error, "at": now}
+        )
