@@ -112,13 +112,37 @@ def _observe(env: Envelope, bearer: str | None, obs: RequestObservation) -> tupl
     return obs.corr_id, env.head.get("auth", bearer)
 
 
+# What says the database is unreachable, restarting or busy rather than that the statement cannot
+# run: SQLite's BUSY, LOCKED, NOMEM, IOERR, FULL, CANTOPEN and PROTOCOL result codes; PostgreSQL's
+# connection exception, transaction rollback, insufficient resources, operator intervention and
+# system error classes, and lock_not_available.
+_SQLITE_UNAVAILABLE = frozenset({5, 6, 7, 10, 13, 14, 15})
+_PG_UNAVAILABLE = ("08", "40", "53", "57", "58", "55P03")
+
+
+def unavailable(exc: OperationalError) -> bool:
+    """Whether the same request may succeed once the database is back (503). A statement the
+    database refuses, such as SQLite's "too many SQL variables", is a bug to log (500): the
+    request limits are meant to keep every such statement from being sent."""
+    cause = exc.__cause__
+    sqlite_code = getattr(cause, "sqlite_errorcode", None)
+    if sqlite_code is not None:
+        return sqlite_code & 0xFF in _SQLITE_UNAVAILABLE
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate is not None:
+        return bool(sqlstate.startswith(_PG_UNAVAILABLE))
+    # No code: the driver lost the server before an answer, unless libpq refused to send the
+    # query itself (over 65,535 parameters).
+    return "number of parameters" not in str(cause)
+
+
 def _failure(kind: str, exc: Exception) -> Response:
     """The reply to a request that raised instead of answering."""
     if isinstance(exc, AuthError):
         return Response(exc.status, str(exc))
     if isinstance(exc, ProtocolError):
         return Response(exc.status, exc.message)
-    if isinstance(exc, OperationalError | InterfaceError):
+    if isinstance(exc, InterfaceError) or (isinstance(exc, OperationalError) and unavailable(exc)):
         # The database is unreachable or restarting: nothing was committed, and the same request
         # can be sent again. 503 says so (500 would say the server is broken).
         log.warning("%s: database unavailable: %s", kind, exc)

@@ -108,6 +108,9 @@ class ResonateSettings:
     MAX_SEARCH_TAGS: int = 32
     MAX_SEARCH_RESPONSE_BYTES: int = 8 * 1024 * 1024
     MAX_LISTENERS_PER_PROMISE: int = 1000
+    # Items in one request's list (task.heartbeat tasks, task.suspend actions): a heartbeat
+    # names every task its worker holds, so generously above any worker's concurrency.
+    MAX_LIST_ITEMS: int = 10_000
     # SSE: streams per web process (then 503), and how long a frame written to a stream stays
     # claimed for it: if the stream closes within this window the frame is delivered again.
     SSE_MAX_STREAMS: int = 1000

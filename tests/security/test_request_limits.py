@@ -9,13 +9,17 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
 from django.test import Client, override_settings
 
 from promises.models import Promise
 from resonate_project.core import cron
+from resonate_project.core.errors import InvalidRequest
+from resonate_project.envelope import _failure
 from tasks_app.models import Task
+from tasks_app.services import task_heartbeat
 from tests.conftest import FAR, Api
-from tests.security.test_limits import post_envelope, snapshot
+from tests.security.test_limits import post_envelope, refused, snapshot
 
 TARGET = "resonate:target"
 WORKERS = {TARGET: "poll://any@workers"}
@@ -82,6 +86,114 @@ def test_a_lease_past_year_9999_renders_in_the_task_list_and_detail(api: Api, ro
     assert root.get("/admin/tasks_app/task/leased/change/").status_code == 200
     res = root.get("/api/tasks/leased")
     assert res.status_code == 200, res.content
+
+
+# --- 12: list lengths ---------------------------------------------------------------------------
+
+
+def heartbeat_body(count: int) -> str:
+    refs = [{"id": f"t{i}", "version": 1} for i in range(count)]
+    return envelope("task.heartbeat", {"pid": "w", "tasks": refs})
+
+
+def test_a_heartbeat_with_300000_refs_is_a_400_naming_tasks_and_the_limit(
+    client: Client, api: Api
+) -> None:
+    """The finding: it answered 503 "database unavailable; retry" (really too many SQL
+    variables), so the SDK retried it forever."""
+    create_task(api, "t0")
+    before = snapshot()
+    status, data = post_envelope(client, heartbeat_body(300_000))
+    assert status == 400, data
+    assert "`tasks` has 300000 items; at most 10000 are allowed (MAX_LIST_ITEMS)" in data
+    assert snapshot() == before
+
+
+def test_a_heartbeat_at_max_list_items_extends_the_lease_one_more_is_a_400(api: Api) -> None:
+    limit = 10_000
+    create_task(api, "t0", ttl=1_000)  # acquired at version 1 until 2_000
+    refs = [{"id": f"t{i}", "version": 1} for i in range(limit)]
+    res = api("task.heartbeat", now=1_500, pid="w", tasks=refs)
+    assert res.status == 200, res.data
+    assert Task.objects.get(pk="t0").expires_at == 2_500
+    before = snapshot()
+    res = api("task.heartbeat", now=2_500, pid="w", tasks=[*refs, {"id": "one-more", "version": 1}])
+    refused(res, 400, "`tasks` has 10001 items", "MAX_LIST_ITEMS", str(limit))
+    assert snapshot() == before
+
+
+def test_max_list_items_is_a_setting_and_python_callers_get_the_same_refusal(api: Api) -> None:
+    create_task(api, "t0")
+    with override_settings(RESONATE={"MAX_LIST_ITEMS": 2}):
+        before = snapshot()
+        with pytest.raises(InvalidRequest) as refusal:
+            task_heartbeat(pid="w", tasks=[("t0", 1), ("t1", 1), ("t2", 1)], now=2_000)
+        assert refusal.value.field == "tasks"
+        assert "at most 2 are allowed (MAX_LIST_ITEMS)" in refusal.value.message
+        assert snapshot() == before
+        task_heartbeat(pid="w", tasks=[("t0", 1), ("t1", 1)], now=2_000)
+
+
+def suspend(api: Api, count: int) -> Any:
+    actions = [
+        {"kind": "promise.register_callback", "data": {"awaited": f"a{i}", "awaiter": "t0"}}
+        for i in range(count)
+    ]
+    return api("task.suspend", id="t0", version=1, actions=actions)
+
+
+def test_a_suspend_with_more_actions_than_max_list_items_is_a_400_naming_actions(
+    api: Api,
+) -> None:
+    create_task(api, "t0")
+    for i in range(3):
+        assert api("promise.create", id=f"a{i}", timeoutAt=FAR, tags={"resonate:external": "true"})
+    with override_settings(RESONATE={"MAX_LIST_ITEMS": 2}):
+        before = snapshot()
+        refused(suspend(api, 3), 400, "`actions` has 3 items", "(MAX_LIST_ITEMS)")
+        assert snapshot() == before
+    before = snapshot()
+    refused(suspend(api, 10_001), 400, "`actions` has 10001 items", "MAX_LIST_ITEMS")
+    assert snapshot() == before
+    with override_settings(RESONATE={"MAX_LIST_ITEMS": 2}):
+        assert suspend(api, 2).status == 200
+    assert Task.objects.get(pk="t0").state == "suspended"
+
+
+def refused_statement() -> OperationalError:
+    """The database's refusal of a statement over one of its limits: SQLite's "too many SQL
+    variables" (the heartbeat's finding), PostgreSQL's program_limit_exceeded (54000)."""
+    if connection.vendor == "sqlite":
+        sql, params = f"SELECT 1 WHERE 1 IN ({','.join(['%s'] * 300_000)})", list(range(300_000))
+    else:
+        sql, params = "SELECT repeat('x', %s)", [2**30]
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+    except OperationalError as exc:
+        return exc
+    raise AssertionError("the database ran the statement")
+
+
+def test_a_statement_the_database_refuses_is_a_500_not_a_retryable_503(db: Any) -> None:
+    res = _failure("task.heartbeat", refused_statement())
+    assert (res.status, res.data) == (500, "internal server error")
+
+
+def test_an_unreachable_database_is_still_a_retryable_503(db: Any) -> None:
+    params = dict(connections[DEFAULT_DB_ALIAS].settings_dict)
+    if connection.vendor == "sqlite":
+        params["NAME"] = "/nonexistent/directory/db.sqlite3"
+    else:
+        params.update(HOST="127.0.0.1", PORT="1")
+    unreachable = type(connections[DEFAULT_DB_ALIAS])(params, alias="unreachable")
+    try:
+        with pytest.raises(OperationalError) as raised:
+            unreachable.ensure_connection()
+    finally:
+        unreachable.close()
+    res = _failure("promise.get", raised.value)
+    assert (res.status, res.data) == (503, "database unavailable; retry the request")
 
 
 # --- 16: schedules past year 9999 ---------------------------------------------------------------

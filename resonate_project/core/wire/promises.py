@@ -89,14 +89,28 @@ def later(now: int, ms: int) -> int:
     return min(now + ms, MS_MAX)
 
 
+def check_items(name: str, items: list[Any]) -> None:
+    """A request's list holds at most ``MAX_LIST_ITEMS`` (each item is a query parameter, and
+    SQLite refuses more than its variable limit: 250,000 here, 32,766 by default)."""
+    limit = resonate_settings().MAX_LIST_ITEMS
+    if len(items) > limit:
+        raise ValueError(
+            f"`{name}` has {len(items)} items; at most {limit} are allowed (MAX_LIST_ITEMS)"
+        )
+
+
 class Req(Struct):
-    """Base of every request type: caps the byte length of its top-level strings."""
+    """Base of every request type: caps the byte length of its top-level strings and its lists
+    at ``MAX_LIST_ITEMS``. Raised here, the refusal is decided while decoding, before anything
+    is read; a request built in Python (``checked``) gets the same checks."""
 
     def __post_init__(self) -> None:
         for name, wire in zip(self.__struct_fields__, self.__struct_encode_fields__, strict=True):
             value = getattr(self, name)
             if isinstance(value, str):
                 check_bytes(wire, value)
+            elif isinstance(value, list):
+                check_items(wire, value)
 
 
 class Value(Struct, forbid_unknown_fields=False):
