@@ -20,7 +20,15 @@ from promises.models import Listener, Promise
 from resonate_project.access.credentials import credential_create
 from tasks_app.models import Task
 from tests.conftest import FAR
-from tests.security.test_auth import ADMIN, envelope, settings_for
+from tests.security.test_auth import ADMIN, envelope, settings_for, token
+from tests.test_loop_path import (
+    CountingHandlers,
+    action_create,
+    fence,
+    serve,
+    threads,  # noqa: F401  (the fixture)
+)
+from tests.test_loop_path import envelope as loop_envelope
 
 SECRET = base64.b64encode(b"shipping-secret-param").decode()
 
@@ -74,7 +82,8 @@ def test_finding1_a_branch_tag_outside_the_prefix_is_refused(client: Client, bil
     tags = {"resonate:target": "poll://any@billing", "resonate:branch": "shipping/root"}
     status, data = call(client, "promise.create", promise("billing/t", **tags), billing)
     assert status == 403
-    assert "resonate:branch" in data and "prefix" in data
+    assert "resonate:branch" in data
+    assert "prefix" in data
     assert not Promise.objects.filter(id="billing/t").exists()
 
 
@@ -85,7 +94,8 @@ def test_finding1_every_id_tag_is_checked_against_the_prefix(
     status, data = call(
         client, "promise.create", promise("billing/x", **{tag: "shipping/r"}), billing
     )
-    assert status == 403 and tag in data
+    assert status == 403
+    assert tag in data
     own = promise("billing/y", **{tag: "billing/r"})
     assert call(client, "promise.create", own, billing)[0] == 200
 
@@ -96,7 +106,7 @@ def test_finding1_a_fenced_create_with_a_foreign_branch_is_refused(
     shipping_tree(client)
     target = {"resonate:target": "poll://any@billing"}
     assert call(client, "promise.create", promise("billing/t", **target), billing)[0] == 200
-    status, data = call(
+    status, _ = call(
         client,
         "task.acquire",
         {"id": "billing/t", "version": 0, "pid": "w", "ttl": 60_000},
@@ -105,7 +115,7 @@ def test_finding1_a_fenced_create_with_a_foreign_branch_is_refused(
     assert status == 200
     inner = promise("billing/t.1", **{"resonate:branch": "shipping/root"})
     fence = {"id": "billing/t", "version": 1, "action": {"kind": "promise.create", "data": inner}}
-    status, data = call(client, "task.fence", fence, billing)
+    status, _data = call(client, "task.fence", fence, billing)
     assert status == 403
     assert not Promise.objects.filter(id="billing/t.1").exists()
 
@@ -134,7 +144,8 @@ def test_finding1_preload_never_carries_another_tenants_promises(
         },
     }
     status, data = call(client, "task.fence", fence, billing)
-    assert status == 200 and not mentions_shipping(data)
+    assert status == 200
+    assert not mentions_shipping(data)
     suspend = {
         "id": "billing/t",
         "version": 1,
@@ -146,7 +157,8 @@ def test_finding1_preload_never_carries_another_tenants_promises(
         ],
     }
     status, data = call(client, "task.suspend", suspend, billing)
-    assert status in (200, 300) and not mentions_shipping(data)
+    assert status in (200, 300)
+    assert not mentions_shipping(data)
     # the admin, who may see everything, still gets the whole branch
     assert Task.objects.filter(promise_id="billing/t").exists()
 
@@ -175,7 +187,8 @@ def test_finding3_prefix_narrowing_is_case_sensitive(client: Client, billing: st
         assert res.status_code == 200, url
         assert "BILLING/" not in res.content.decode(), url
     res = client.get("/api/promises?idPrefix=BILLING/", headers=auth)
-    assert res.status_code == 200 and "BILLING/" not in res.content.decode()
+    assert res.status_code == 200
+    assert "BILLING/" not in res.content.decode()
     # the other tenant's outbox row cannot be re-sent
     assert client.post("/api/outbox/BILLING/secret/resend", headers=auth).status_code == 404
 
@@ -187,7 +200,7 @@ def test_finding3_an_exact_prefix_with_glob_and_like_characters(
     token = credential_create(name="odd", now=1, prefix="a*[%_?/")[1]
     for id in ("a*[%_?/1", "aXX%_?/2", "ab[%x?/3", "a*[%_?/"):
         assert call(client, "promise.create", promise(id), ADMIN)[0] == 200
-    status, data = call(client, "promise.search", {}, token)
+    _status, data = call(client, "promise.search", {}, token)
     assert [p["id"] for p in data["promises"]] == ["a*[%_?/", "a*[%_?/1"]
 
 
@@ -259,7 +272,8 @@ def test_finding10_a_target_in_another_group_is_refused(
     status, data = call(
         client, "promise.create", promise("billing/t", **{"resonate:target": target}), billing
     )
-    assert status == 403 and "shipping" in data
+    assert status == 403
+    assert "shipping" in data
     assert not Promise.objects.filter(id="billing/t").exists()
     task = {
         "pid": "w",
@@ -295,7 +309,8 @@ def test_finding10_a_listener_in_another_group_is_refused(client: Client, billin
     for address in ("poll://uni@shipping/w9", "poll://any@shipping"):
         listener = {"awaited": "billing/p", "address": address}
         status, data = call(client, "promise.register_listener", listener, billing)
-        assert status == 403 and "shipping" in data
+        assert status == 403
+        assert "shipping" in data
     assert not Listener.objects.exists()
     listener = {"awaited": "billing/p", "address": "poll://uni@billing/w1"}
     assert call(client, "promise.register_listener", listener, billing)[0] == 200
@@ -312,7 +327,8 @@ def test_finding10_push_only_to_the_credentials_own_hosts(client: Client, requir
     assert call(client, "promise.create", promise("g/p", **ext), grouped)[0] == 200
     listener = {"awaited": "g/p", "address": url}
     status, data = call(client, "promise.register_listener", listener, grouped)
-    assert status == 403 and "127.0.0.1" in data
+    assert status == 403
+    assert "127.0.0.1" in data
     assert call(client, "promise.create", promise("h/p", **ext), hosted)[0] == 200
     listener = {"awaited": "h/p", "address": url}
     assert call(client, "promise.register_listener", listener, hosted)[0] == 200
@@ -324,8 +340,6 @@ def test_finding10_push_only_to_the_credentials_own_hosts(client: Client, requir
 
 
 def test_finding10_a_jwt_groups_claim_limits_addresses(client: Client, required: None) -> None:
-    from tests.security.test_auth import token
-
     limited = token({"prefix": "j/", "groups": ["j"]})
     tags = {"resonate:target": "poll://any@other"}
     assert call(client, "promise.create", promise("j/1", **tags), limited)[0] == 403
@@ -335,3 +349,34 @@ def test_finding10_a_jwt_groups_claim_limits_addresses(client: Client, required:
     assert call(client, "promise.create", promise("j/3", **hook), limited)[0] == 403
     pusher = token({"prefix": "j/", "groups": ["j"], "push": ["127.0.0.1"]})
     assert call(client, "promise.create", promise("j/4", **hook), pusher)[0] == 200
+
+
+# --- finding 1 on the event loop (PostgreSQL): the fenced plain step's preload statement --------
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_finding1_the_loop_paths_preload_is_scoped_too(
+    threads: CountingHandlers,  # noqa: F811  (the fixture imported above)
+) -> None:
+    limited = token({"prefix": "billing/"})
+    foreign = promise(
+        "shipping/x", **{"resonate:branch": "billing/wf", "resonate:external": "true"}
+    )
+    root = action_create("billing/wf", "billing/wf", target=True)
+    with override_settings(RESONATE=settings_for()):
+        ((made, _),) = serve(loop_envelope("promise.create", **foreign), auth=f"Bearer {ADMIN}")
+        answers = serve(
+            loop_envelope("task.create", pid="w", ttl=60_000, action=root),
+            fence("billing/wf", action_create("billing/wf:1", "billing/wf")),
+            auth=f"Bearer {limited}",
+        )
+    assert made == 200
+    assert [status for status, _ in answers] == [200, 200]
+    assert threads.calls == 2  # the external create and task.create; the fence on the loop
+    for _, data in answers:
+        assert [p["id"] for p in data["preload"]] == [] or all(
+            p["id"].startswith("billing/") for p in data["preload"]
+        )
+        assert not mentions_shipping(data)
+    assert [p["id"] for p in answers[1][1]["preload"]] == ["billing/wf:1"]
