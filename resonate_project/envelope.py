@@ -16,6 +16,7 @@ from resonate_project.access.principal import AuthError, Principal
 from resonate_project.access.rules import authorize, named_ids
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.errors import ProtocolError
+from resonate_project.core.limits import unstorable_refusal
 from resonate_project.core.protocol import PROTOCOL_VERSION, Response, bad_request
 from resonate_project.dispatch import DEBUG_KINDS, KINDS, LOOP_KINDS
 from resonate_project.engine import scope
@@ -100,7 +101,8 @@ def parse(body: bytes) -> Envelope | tuple[int, bytes]:
         kind = _guess_kind(body)
         return respond(kind, "", bad_request(f"invalid envelope: {exc}"))
     except msgspec.DecodeError as exc:
-        return respond("", "", bad_request(f"request body is not valid JSON: {exc}"))
+        refusal = unstorable_refusal(body) or f"request body is not valid JSON: {exc}"
+        return respond("", "", bad_request(refusal))
     return env
 
 
@@ -277,13 +279,15 @@ def prepare(
     req_type, handler = entry
     raw = bytes(data)
     if b"\\u0000" in raw and _NUL.search(raw):
-        return bad_request("strings in data may not contain NUL (\\u0000)")
+        return bad_request(
+            unstorable_refusal(raw, "$.data") or "strings in data may not contain NUL (\\u0000)"
+        )
     try:
         req = _decoder(req_type).decode(raw)
     except msgspec.ValidationError as exc:
         return bad_request(f"invalid data: {_field_error(exc)}")
     except msgspec.DecodeError as exc:
-        return bad_request(f"data is not valid JSON: {exc}")
+        return bad_request(unstorable_refusal(raw, "$.data") or f"data is not valid JSON: {exc}")
     if obs is not None and obs.detailed:
         obs.ids = list(named_ids(req))
     req, refusal = authorize(kind, req, principal)

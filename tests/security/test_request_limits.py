@@ -13,13 +13,15 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connection
 from django.test import Client, override_settings
 
 from promises.models import Promise
+from promises.services import promise_create
 from resonate_project.core import cron
 from resonate_project.core.errors import InvalidRequest
+from resonate_project.core.limits import unstorable
 from resonate_project.envelope import _failure
 from tasks_app.models import Task
 from tasks_app.services import task_heartbeat
 from tests.conftest import FAR, Api
-from tests.security.test_limits import post_envelope, refused, snapshot
+from tests.security.test_limits import post_envelope, refused, rest_error, snapshot
 
 TARGET = "resonate:target"
 WORKERS = {TARGET: "poll://any@workers"}
@@ -250,3 +252,123 @@ def test_next_after_raises_no_next_run_past_the_last_representable_instant() -> 
     ]:
         with pytest.raises(cron.NoNextRun, match=r"9999-12-31 23:59:59\.999 UTC"):
             cron.next_after(expr, instant)
+
+
+# --- values no database can store ---------------------------------------------------------------
+
+NUL, SURROGATE = "\x00", "\ud800"
+
+
+def poison_requests(bad: str) -> list[tuple[str, dict[str, Any], str]]:
+    """Requests that carry ``bad`` in a stored or keyed string, and the field each names."""
+    create = {"id": "p", "timeoutAt": FAR}
+    return [
+        ("promise.create", {**create, "id": f"p{bad}"}, "$.data.id"),
+        ("promise.create", {**create, "tags": {f"k{bad}": "v"}}, "$.data.tags"),
+        ("promise.create", {**create, "tags": {"k": f"v{bad}"}}, "$.data.tags.k"),
+        ("promise.create", {**create, "tags": {TARGET: f"poll://any@g{bad}"}}, "$.data.tags"),
+        ("promise.create", {**create, "param": {"data": bad}}, "$.data.param.data"),
+        ("promise.create", {**create, "param": {"headers": {"h": bad}}}, "$.data.param.headers"),
+        (
+            "task.create",
+            {
+                "pid": "w",
+                "ttl": 1000,
+                "action": {"kind": "promise.create", "data": {**create, "id": f"t{bad}"}},
+            },
+            "$.data.action.data.id",
+        ),
+        ("task.create", {"pid": f"w{bad}", "ttl": 1000, "action": {}}, "$.data.pid"),
+        ("schedule.create", schedule(id=f"s{bad}"), "$.data.id"),
+        ("schedule.create", schedule(promiseId=f"x{bad}"), "$.data.promiseId"),
+        ("schedule.create", schedule(promiseTags={bad: "v"}), "$.data.promiseTags"),
+        ("schedule.create", schedule(promiseParam={"data": bad}), "$.data.promiseParam.data"),
+        (
+            "promise.register_listener",
+            {"awaited": "ext", "address": f"poll://any@g/{bad}"},
+            "$.data.address",
+        ),
+        (
+            "promise.settle",
+            {"id": "ext", "state": "resolved", "value": {"data": bad}},
+            "$.data.value.data",
+        ),
+        ("promise.search", {"tags": {"k": bad}}, "$.data.tags"),
+    ]
+
+
+@pytest.mark.parametrize("bad", [NUL, SURROGATE], ids=["NUL", "surrogate"])
+def test_strings_no_database_can_store_are_a_400_naming_the_field_and_write_nothing(
+    client: Client, api: Api, bad: str
+) -> None:
+    assert api("promise.create", id="ext", timeoutAt=FAR, tags={"resonate:external": "true"})
+    before = snapshot()
+    for kind, data, field in poison_requests(bad):
+        status, message = post_envelope(client, envelope(kind, data))
+        assert status == 400, (kind, data, message)
+        assert f"`{field}" in message, (kind, field, message)
+        assert ("NUL (\\u0000)" if bad == NUL else "surrogate (\\ud800)") in message, message
+    assert snapshot() == before
+
+
+def test_a_surrogate_sent_as_raw_utf8_bytes_is_a_400_naming_the_field(
+    client: Client, db: Any
+) -> None:
+    body = b'{"kind":"promise.create","head":{},"data":{"id":"p\xed\xa0\x80","timeoutAt":1}}'
+    status, message = post_envelope(client, body)
+    assert (status, message) == (400, "`$.data.id` may not contain a UTF-16 surrogate (\\ud800)")
+    assert not Promise.objects.exists()
+
+
+@pytest.mark.parametrize("bad", [NUL, SURROGATE], ids=["NUL", "surrogate"])
+def test_python_callers_get_the_same_refusal_naming_the_field(api: Api, bad: str) -> None:
+    before = snapshot()
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"id": f"p{bad}"}, "id"),
+        ({"id": "p", "tags": {f"k{bad}": "v"}}, "tags"),
+        ({"id": "p", "tags": {"k": bad}}, "tags.k"),
+        ({"id": "p", "param": {"data": bad}}, "param.data"),
+    ]
+    for kwargs, field in cases:
+        with pytest.raises(InvalidRequest) as refusal:
+            promise_create(timeout_at=FAR, now=1_000, **kwargs)
+        assert refusal.value.field == field, refusal.value.message
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize(
+    ("url", "body", "field"),
+    [
+        ("/api/promises", {"id": "p", "timeoutAt": FAR, "tags": {"k\ud800": "v"}}, "tags"),
+        ("/api/promises", {"id": "p", "timeoutAt": FAR, "tags": {"\x00": "v"}}, "tags"),
+        (
+            "/api/promises",
+            {"id": "p", "timeoutAt": FAR, "param": {"headers": {"\udc00": "x"}}},
+            "param.headers",
+        ),
+        ("/api/schedules", schedule(promiseTags={"\ud800": "v"}), "promiseTags"),
+    ],
+)
+def test_the_resource_api_refuses_unstorable_tag_and_header_keys(
+    client: Client, db: Any, url: str, body: dict[str, Any], field: str
+) -> None:
+    """They answered 500 (DRF validates a dict's values, not its keys)."""
+    before = snapshot()
+    status, named, _ = rest_error(client.post(url, json.dumps(body), "application/json"))
+    assert (status, named) == (400, field)
+    assert snapshot() == before
+
+
+def test_a_path_id_with_nul_on_the_resource_api_is_a_400(client: Client, db: Any) -> None:
+    """It answered 500 on PostgreSQL (the lookup sent NUL)."""
+    status, _, message = rest_error(client.get("/api/promises/a%00b"))
+    assert status == 400
+    assert "NUL" in message
+
+
+def test_unstorable_finds_nul_and_every_surrogate_and_passes_the_rest() -> None:
+    assert unstorable("plain ascii") is None
+    assert unstorable("é😀 ok") is None
+    assert unstorable("a\x00") == "NUL (\\u0000)"
+    assert unstorable("x\udfff") == "a UTF-16 surrogate (\\udfff)"
+    assert unstorable("\ud83d\ude00") == "a UTF-16 surrogate (\\ud83d)"  # two code points

@@ -15,7 +15,7 @@ from msgspec import Meta, Struct, field
 
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.errors import InvalidRequest
-from resonate_project.core.limits import ID_MAX_BYTES, ID_MAX_LENGTH
+from resonate_project.core.limits import ID_MAX_BYTES, ID_MAX_LENGTH, unstorable
 from resonate_project.core.tags import BRANCH, DELAY, TARGET
 
 Id = Annotated[str, Meta(min_length=1, max_length=ID_MAX_LENGTH)]
@@ -89,6 +89,18 @@ def later(now: int, ms: int) -> int:
     return min(now + ms, MS_MAX)
 
 
+def check_storable(name: str, value: str | None) -> None:
+    if value is not None and (bad := unstorable(value)) is not None:
+        raise ValueError(f"`{name}` may not contain {bad}")
+
+
+def check_storable_dict(name: str, values: dict[str, str] | None) -> None:
+    for key, value in (values or {}).items():
+        if (bad := unstorable(key)) is not None:
+            raise ValueError(f"`{name}` may not contain {bad} in a key")
+        check_storable(f"{name}.{key}", value)
+
+
 def check_items(name: str, items: list[Any]) -> None:
     """A request's list holds at most ``MAX_LIST_ITEMS`` (each item is a query parameter, and
     SQLite refuses more than its variable limit: 250,000 here, 32,766 by default)."""
@@ -100,15 +112,22 @@ def check_items(name: str, items: list[Any]) -> None:
 
 
 class Req(Struct):
-    """Base of every request type: caps the byte length of its top-level strings and its lists
-    at ``MAX_LIST_ITEMS``. Raised here, the refusal is decided while decoding, before anything
-    is read; a request built in Python (``checked``) gets the same checks."""
+    """Base of every request type: caps the byte length of its top-level strings, refuses what
+    no database can store (``core.limits.unstorable``) in its strings, tags and values, and
+    caps its lists at ``MAX_LIST_ITEMS``. Raised here, the refusal is decided while decoding,
+    before anything is read; a request built in Python (``checked``) gets the same checks."""
 
     def __post_init__(self) -> None:
         for name, wire in zip(self.__struct_fields__, self.__struct_encode_fields__, strict=True):
             value = getattr(self, name)
             if isinstance(value, str):
                 check_bytes(wire, value)
+                check_storable(wire, value)
+            elif isinstance(value, dict):
+                check_storable_dict(wire, value)
+            elif isinstance(value, Value):
+                check_storable_dict(f"{wire}.headers", value.headers)
+                check_storable(f"{wire}.data", value.data)
             elif isinstance(value, list):
                 check_items(wire, value)
 
