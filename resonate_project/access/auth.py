@@ -26,6 +26,17 @@ def bearer(authorization: str | None) -> str | None:
     return token.strip()
 
 
+def credential_refusal(authorization: str | None) -> str | None:
+    """The 400 message for a request with more than one credential header, else None. Repeated
+    headers reach every surface as one value joined with commas (Django joins them so, and
+    ``embed.asgi`` the same way for ``POST /``), and a bearer token never has a comma (RFC
+    6750's token68), so a comma is the sign: otherwise one surface would read one credential
+    and another the other."""
+    if authorization is not None and "," in authorization:
+        return "more than one Authorization header (or a comma in one): send one credential"
+    return None
+
+
 def authenticate(token: str | None, now: int) -> Principal | None:
     """The principal a request acts as: None (unrestricted) when auth is not required; raises
     :class:`AuthError` (401) when it is and the token is missing or invalid."""

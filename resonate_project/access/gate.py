@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import jwt
 from asgiref.sync import sync_to_async
 from django.db import InterfaceError, OperationalError, connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from resonate_project.access.auth import auth_required, authenticate, bearer
+from resonate_project.access.auth import (
+    auth_required,
+    authenticate,
+    bearer,
+    credential_refusal,
+)
 from resonate_project.access.credentials import hash_token, is_service_token
 from resonate_project.access.principal import AuthError, Principal
 from resonate_project.core.clock import now_ms
@@ -37,6 +42,28 @@ def forgeable(content_type: str | None, origin: str | None, host: str | None) ->
         return Response(400, f"Content-Type must be application/json (got {shown})")
     if origin is not None and not same_or_allowed_origin(origin, host):
         return Response(403, f"requests from origin {origin!r} are not allowed")
+    return None
+
+
+def request_refusal(path: str, query: str, authorization: str | None) -> str | None:
+    """The 400 message for a request no surface may act on, read from its path, raw query
+    string and Authorization header alone (before routing, before anything is read or stored),
+    else None: a NUL, which PostgreSQL's text refuses (a 500 where SQLite finds nothing; no id
+    can hold one), or more than one credential."""
+    if "\x00" in path:
+        return "the path may not contain NUL (%00)"
+    if "%00" in query or "\x00" in query:
+        name = nul_parameter(query)
+        where = "the query string" if name is None else f"the query parameter {name!r}"
+        return f"{where} may not contain NUL (%00)"
+    return credential_refusal(authorization)
+
+
+def nul_parameter(query: str) -> str | None:
+    """The name of the first query parameter whose name or value holds a NUL, if any."""
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if "\x00" in name or "\x00" in value:
+            return name.replace("\x00", "%00")
     return None
 
 

@@ -32,8 +32,16 @@ class ResonateSettings:
     # promise.create and promise.settle, ``engine.aio``); -1 (the default): 2; 0 sends them to
     # the threads too. Ignored on SQLite, where every request takes the threads.
     LOOP_CONNECTIONS: int = -1
-    # Request limits. Larger requests answer 400 and change nothing.
+    # Request limits. A larger body answers 413 and changes nothing, on every path of the
+    # standalone server (POST /, /api/, /poll/, the admin, probes), before authentication.
     MAX_BODY_BYTES: int = 10 * 1024 * 1024
+    # The HTTP server ``manage.py serve`` runs (``resonate_project.asgi.HttpProtocol``): a
+    # request's line and headers take at most MAX_HEADER_BYTES (else 431) and arrive within
+    # HEADER_TIMEOUT_MS of their first byte (of the connection opening, for the first request;
+    # else 408 and closed); a connection idle KEEPALIVE_TIMEOUT_MS between requests is closed.
+    MAX_HEADER_BYTES: int = 64 * 1024
+    HEADER_TIMEOUT_MS: int = 10_000
+    KEEPALIVE_TIMEOUT_MS: int = 5_000
     # Searches (not in the spec; shaped like the reference server's).
     SEARCH_LIMIT_DEFAULT: int = 100
     SEARCH_LIMIT_MAX: int = 1000

@@ -5,7 +5,9 @@ uses no session, CSRF, authentication or message middleware, and under ASGI each
 hops to Django's one shared sync thread, which serialises concurrent requests. ``GET
 <prefix>poll/...`` (SSE) goes through Django without the thread Django gives each request for as
 long as its response lasts (see ``_stream``). Everything else goes to the wrapped application.
-The prefix is read from the URLconf (where ``resonate_project.embed.urls`` is included).
+The prefix is read from the URLconf (where ``resonate_project.embed.urls`` is included). Bodies
+are held to ``MAX_BODY_BYTES`` on both routes, and, with ``limit_bodies`` (the standalone
+server), on every path (:func:`bounded`).
 
 For the app's lifespan (uvicorn, hypercorn and granian send its events) the wrapper also runs,
 with no Celery broker configured, the internal steps (timeouts, timers, retries, schedules) and
@@ -18,6 +20,7 @@ connections for plain promises (``engine.aio.start``; closed at shutdown).
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,17 +28,34 @@ from typing import Any
 from django.urls import NoReverseMatch, reverse
 
 from outbox import embedded, traffic
+from resonate_project.access.gate import request_refusal
 from resonate_project.api import answer, refuse_http, too_large
 from resonate_project.core.conf import resonate_settings
+from resonate_project.core.protocol import Response
 from resonate_project.engine import aio
 from resonate_project.engine.wake import celery_enabled
+from resonate_project.envelope import respond
+from resonate_project.rest.errors import body_too_large
 
 ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 
 def _headers(scope: dict[str, Any]) -> dict[str, str]:
-    """The request headers we read (the last of a repeated one wins), lower-cased names."""
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    """The request headers by lower-cased name, a repeated one's values joined with commas as
+    Django joins them (so ``credential_refusal`` reads two Authorization headers alike here and
+    on every Django surface)."""
+    headers: dict[str, str] = {}
+    for k, v in scope["headers"]:
+        name, value = k.decode("latin-1").lower(), v.decode("latin-1")
+        headers[name] = f"{headers[name]},{value}" if name in headers else value
+    return headers
+
+
+def _refusal(scope: dict[str, Any], headers: dict[str, str]) -> str | None:
+    """``access.gate.request_refusal`` (a NUL in the path, two credentials), as the Django
+    surfaces make it in ``rest.errors.refuse_malformed``."""
+    query = scope.get("query_string", b"").decode("latin-1")
+    return request_refusal(scope["path"], query, headers.get("authorization"))
 
 
 class _Gone(Exception):
@@ -69,6 +89,8 @@ async def envelope(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """One ``POST`` of an envelope, answered without Django's request machinery."""
     headers = _headers(scope)
     refused = refuse_http(headers, check_host=True)
+    if refused is None and (refusal := _refusal(scope, headers)):
+        refused = respond("", "", Response(400, refusal))
     if refused is not None:
         await _send(send, *refused)
         return
@@ -82,13 +104,43 @@ async def envelope(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await _send(send, *await answer(body, headers.get("authorization")))
 
 
+async def bounded(app: ASGIApp, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """``app`` with its request body held to ``MAX_BODY_BYTES``, before it authenticates or
+    reads anything: a declared ``Content-Length`` over the limit is answered 413 unread, and a
+    body that grows past it (chunked, or longer than declared) at its first chunk past the
+    limit, after which ``app`` hears that the client left. Django's ASGI handler reads the whole
+    body (spooled to a file past ``FILE_UPLOAD_MAX_MEMORY_SIZE``) before any middleware or view
+    runs, so nothing inside Django can stop it sooner."""
+    limit = resonate_settings().MAX_BODY_BYTES
+    declared = next((v for k, v in scope["headers"] if k.lower() == b"content-length"), b"")
+    if declared.isdigit() and int(declared) > limit:
+        await _send(send, *body_too_large(limit))
+        return
+    size = 0
+
+    async def counted() -> Any:
+        nonlocal size
+        message = await receive()
+        if message["type"] == "http.request":
+            size += len(message.get("body", b""))
+            if size > limit:
+                await _send(send, *body_too_large(limit))
+                return {"type": "http.disconnect"}
+        return message
+
+    await app(scope, counted, send)
+
+
 class Resonate:
     """The wrapped application (see the module docstring). ``steps``: run the internal steps and
-    push in this process; None decides at startup (yes when no ``CELERY_BROKER_URL`` is set)."""
+    push in this process; None decides at startup (yes when no ``CELERY_BROKER_URL`` is set).
+    ``limit_bodies``: hold every path's body to ``MAX_BODY_BYTES`` (a host's own pages keep the
+    host's limits unless it asks)."""
 
-    def __init__(self, app: Any, *, steps: bool | None = None) -> None:
+    def __init__(self, app: Any, *, steps: bool | None = None, limit_bodies: bool = False) -> None:
         self.app = app
         self.steps = steps
+        self.limit_bodies = limit_bodies
         self._prefix: str | None = None  # "" once known to be unmounted
         self._stop: Callable[[], None] | None = None
         self._lock = threading.Lock()
@@ -157,11 +209,17 @@ class Resonate:
                 await envelope(scope, receive, send)
                 return
             if scope["method"] == "GET" and path.startswith(f"{prefix}poll/"):
-                await self._stream(scope, receive, send)
+                if refusal := _refusal(scope, _headers(scope)):  # before a stream is stored
+                    await _send(send, 400, json.dumps({"error": refusal}).encode())
+                    return
+                await bounded(self._stream, scope, receive, send)
                 return
+        if scope["type"] == "http" and self.limit_bodies:
+            await bounded(self.app, scope, receive, send)
+            return
         await self.app(scope, receive, send)
 
 
-def wrap(app: Any, *, steps: bool | None = None) -> Resonate:
+def wrap(app: Any, *, steps: bool | None = None, limit_bodies: bool = False) -> Resonate:
     """``application = wrap(get_asgi_application())`` in the host's ``asgi.py``."""
-    return Resonate(app, steps=steps)
+    return Resonate(app, steps=steps, limit_bodies=limit_bodies)

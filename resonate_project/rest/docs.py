@@ -47,6 +47,7 @@ class SchemaView(OwnSettings, SpectacularAPIView):
 
 class SwaggerView(OwnSettings, SpectacularSwaggerView):
     renderer_classes = [TemplateHTMLRenderer]
+    metadata_class = None  # OPTIONS: 405 (DRF's metadata has no HTML template: it was a 500)
     url_name = "resonate-api:schema"
     title = SCHEMA_SETTINGS["TITLE"]
 

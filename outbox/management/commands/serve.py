@@ -84,6 +84,9 @@ class Command(BaseCommand):
         )
         uvicorn.run(
             "resonate_project.asgi:application",
+            # httptools with limits on a request's head: MAX_HEADER_BYTES, HEADER_TIMEOUT_MS and
+            # KEEPALIVE_TIMEOUT_MS (uvicorn has no header timeout, and its size limit is h11's).
+            http="resonate_project.asgi:HttpProtocol",
             host=options["host"],
             port=options["port"],
             log_level=os.environ.get("UVICORN_LOG_LEVEL", "warning"),
