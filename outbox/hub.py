@@ -332,7 +332,7 @@ class Hub:
             self._new.discard(key)
             if registered:
                 self._gone.add(key)
-        log.warning("SSE stream %s/%s closed: %s", stream.group, stream.id, reason)
+        log.warning("SSE stream %r/%r closed: %s", stream.group, stream.id, reason)
         with contextlib.suppress(RuntimeError):  # the loop is closed: the server is exiting
             stream.loop.call_soon_threadsafe(_end, stream, reason)
 
@@ -456,7 +456,7 @@ class Hub:
                 self._refuse(key)
 
     def _refuse(self, key: Key) -> None:
-        log.exception("SSE stream %s/%s cannot be registered", *key)
+        log.exception("SSE stream %r/%r cannot be registered", *key)
         with self._lock:
             stream = self._streams.get(key)
         if stream is not None:
