@@ -10,6 +10,8 @@ connections (``Connections``), each opened on first use with the Django connecti
 and closed by ``close`` (the lifespan's shutdown).
 A connection that fails is dropped and the next request opens its replacement; the request that
 met the failure answers 503.
+psycopg is imported only where a connection is opened or looked at: a host on SQLite need not
+have it, and the path is off there (``loop_connections``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 
 from promises.models import Promise
@@ -28,6 +29,9 @@ from resonate_project.core.conf import resonate_settings
 from resonate_project.core.wire.promises import PromiseCreateReq, Value
 from resonate_project.engine import promises, rows
 from tasks_app.models import Task
+
+if TYPE_CHECKING:
+    import psycopg
 
 # How long a request waits for one of the loop's connections before answering 503 (they are all
 # busy for far less than this unless the database is unreachable).
@@ -94,8 +98,7 @@ class Connections:
     def give_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Return ``conn`` to its slot, or close it and leave the slot empty: when a failure
         broke it or left a statement running (a cancelled request), or once closed."""
-        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if idle and not conn.broken and not self.closed:
+        if _idle(conn) and not conn.broken and not self.closed:
             self.idle.put_nowait(conn)
             return
         self.idle.put_nowait(None)
@@ -111,19 +114,28 @@ class Connections:
                 await conn.close()
 
 
+def _idle(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Whether ``conn`` is outside any transaction, its last statement done."""
+    from psycopg.pq import TransactionStatus
+
+    return conn.info.transaction_status == TransactionStatus.IDLE
+
+
 async def _connect() -> psycopg.AsyncConnection[Any]:
     """A connection with the Django connection's parameters (its adapters, so JSON arrives as
     text for the fields' own decoders), binding values on the client as Django's cursors do, in
     autocommit, as the role Django assumes if it is set to assume one; named
     ``APPLICATION_NAME`` unless the database's OPTIONS name one."""
+    from psycopg import AsyncClientCursor, AsyncConnection, sql
+
     wrapper = django_connection()
     params = wrapper.get_connection_params()
-    params["cursor_factory"] = psycopg.AsyncClientCursor
+    params["cursor_factory"] = AsyncClientCursor
     params["autocommit"] = True
     params.setdefault("application_name", APPLICATION_NAME)  # unless OPTIONS names one
-    conn = await psycopg.AsyncConnection.connect(**params)
+    conn = await AsyncConnection.connect(**params)
     if role := wrapper.settings_dict["OPTIONS"].get("assume_role"):
-        await conn.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role)))
+        await conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
     return conn
 
 
@@ -252,7 +264,7 @@ async def transaction() -> AsyncIterator[Transaction]:
             if tx.begun and not tx.done:
                 await tx.commit_with([])
         except BaseException:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            if not _idle(conn):
                 # Failing, the connection is dropped instead (give_back: not idle).
                 with suppress(Exception):
                     await conn.execute("ROLLBACK")
