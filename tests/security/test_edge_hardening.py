@@ -14,6 +14,7 @@ import re
 import select
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,7 @@ from resonate_project.wsgi import application as wsgi_application
 from tests.conftest import FAR
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTHON = str(ROOT / ".venv" / "bin" / "python")
+PYTHON = sys.executable  # the interpreter running the suite, wherever its virtualenv is
 HOST = "127.0.0.1"
 LIMIT = 250  # MAX_BODY_BYTES in the body tests
 
