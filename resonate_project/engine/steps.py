@@ -54,7 +54,7 @@ def promise_timeouts(now: int, limit: int, only: Any = None) -> int:
     step takes it: the runner's pass over a failed batch, one row at a time)."""
     with unit_of_work(now, steps=True) as fx:
         if only is None:
-            due = rows.due(Promise, _ARMED_SPARED, "timeout_at", now, limit)
+            due = rows.due(Promise, _armed_spared(connection.vendor), "timeout_at", now, limit)
         else:
             due = [
                 p
@@ -179,9 +179,23 @@ def retry_dispatch(now: int, limit: int, only: Any = None) -> int:
     return len(due)
 
 
-# Per step with a deadline: the table, its column, the partial index the step sweeps and that
-# index's condition (repeated verbatim: SQLite uses a partial index only for a query implying it).
-_ARMED = '"external" AND "state" = \'pending\''  # promise_armed_timeout's condition
+# Per step with a deadline: the table, its column, the partial index the step sweeps and the
+# query's condition, which implies that index's (SQLite reads a partial index only for a query
+# whose terms include each of the index's own).
+
+
+def _armed(vendor: str) -> str:
+    """The condition of ``promise_armed_timeout`` (``Q(state="pending", external=True)``) as the
+    sweep and ``due_heads`` write it. On SQLite in both of Django's renderings of that index,
+    ``"external"`` (6.0) and ``"external" = 1`` (6.1), since a database keeps the one it was
+    migrated under whichever Django serves it; and with ``state = 'pending'`` declared likely,
+    since without statistics the planner takes that for selective, reads ``promise_state_id`` and
+    sorts every pending promise. Nothing here names the index (``INDEXED BY`` fails every query
+    whose condition does not match the index verbatim): a rendering missed costs a sort, never
+    an error (tests/embedding reads the plans under either rendering, on 6.0 and 6.1)."""
+    if vendor == "sqlite":
+        return '"external" AND "external" = 1 AND likelihood("state" = \'pending\', 0.9)'
+    return '"external" AND "state" = \'pending\''
 
 
 def _spared_sql(step: str, model: type[Any], column: str) -> str:
@@ -193,9 +207,14 @@ def _spared_sql(step: str, model: type[Any], column: str) -> str:
     )
 
 
-_ARMED_SPARED = f"{_ARMED} AND {_spared_sql('promise_timeouts', Promise, 'timeout_at')}"
-_DEADLINES = (
-    (promise_timeouts, Promise, "timeout_at", "promise_armed_timeout", _ARMED_SPARED),
+def _armed_spared(vendor: str) -> str:
+    return f"{_armed(vendor)} AND {_spared_sql('promise_timeouts', Promise, 'timeout_at')}"
+
+
+_DEADLINES: tuple[
+    tuple[Callable[[int, int], int], type[Any], str, str, str | Callable[[str], str]], ...
+] = (
+    (promise_timeouts, Promise, "timeout_at", "promise_armed_timeout", _armed_spared),
     (
         schedule_fire,
         Schedule,
@@ -220,25 +239,29 @@ _DEADLINES = (
 )
 
 
+def due_head_statements(vendor: str) -> list[str]:
+    """Per step with deadlines, the ``ORDER BY … LIMIT 1`` query reading the first entry of the
+    partial index it sweeps (``_DEADLINES``)."""
+    qn = connection.ops.quote_name
+    heads = []
+    for _, model, column, _index, condition in _DEADLINES:
+        cond = condition(vendor) if callable(condition) else condition
+        where = " AND ".join(c for c in (cond, f"{qn(column)} IS NOT NULL") if c)
+        heads.append(
+            f"SELECT {qn(column)} FROM {qn(model._meta.db_table)} WHERE {where} "
+            f"ORDER BY {qn(column)} LIMIT 1"
+        )
+    return heads
+
+
 def due_heads() -> dict[Callable[[int, int], int], int]:
     """The earliest deadline each step with deadlines waits for (R1 timeout, R7 next run, R5 lease
-    expiry, R6 retry); a step with none is absent. One statement of four ``ORDER BY … LIMIT 1``
-    subqueries, each reading the first entry of the partial index its step sweeps: one index probe
-    per kind whatever the table sizes. (SQLite's planner, without statistics, would rather use
-    ``promise_state_id`` and sort every pending promise: there the index is named.) The drains
-    (R3, R4) have no deadline: their rows are ready at once, and run inline."""
-    qn = connection.ops.quote_name
-    sqlite = connection.vendor == "sqlite"
-    heads = []
-    for _, model, column, index, condition in _DEADLINES:
-        hint = f" INDEXED BY {qn(index)}" if sqlite else ""
-        where = " AND ".join(c for c in (condition, f"{qn(column)} IS NOT NULL") if c)
-        heads.append(
-            f"(SELECT {qn(column)} FROM {qn(model._meta.db_table)}{hint} WHERE {where} "
-            f"ORDER BY {qn(column)} LIMIT 1)"
-        )
+    expiry, R6 retry); a step with none is absent. One statement of four subqueries
+    (``due_head_statements``), each one index probe whatever the table sizes. The drains (R3, R4)
+    have no deadline: their rows are ready at once, and run inline."""
+    heads = due_head_statements(connection.vendor)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(heads)}")
+        cursor.execute(f"SELECT {', '.join(f'({head})' for head in heads)}")
         row = cursor.fetchone()
     return {d[0]: at for d, at in zip(_DEADLINES, row, strict=True) if at is not None}
 
