@@ -14,13 +14,13 @@ PYTHON_BOOT := $(shell for c in python3.13 python3.12 python3.14 $$(ls -d /root/
 	p=$$(command -v $$c 2>/dev/null) || continue; \
 	$$p -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: run test setup lint typecheck test-sqlite test-postgres test-system test-install services browser clean bench chaos
+.PHONY: run test setup docs lint typecheck test-sqlite test-postgres test-system test-install services browser clean bench chaos
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON_BOOT)" || { echo "need Python >= 3.12 (python3.12/3.13 on PATH or under pyenv)"; exit 1; }
 	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
 	$(PY) -m pip install -q 'uv>=0.13,<1'
-	$(VENV)/bin/uv pip install -q -p $(PY) -e '.[dev,server]'
+	$(VENV)/bin/uv pip install -q -p $(PY) -e '.[dev,server,docs]'
 	@touch $@
 
 setup: $(VENV)/.installed
@@ -46,6 +46,11 @@ lint: setup
 
 typecheck: setup
 	$(VENV)/bin/mypy .
+
+# The documentation site (docs/, Sphinx + MyST + Furo), strict: any warning, broken link or
+# missing anchor fails. Open docs/_build/html/index.html.
+docs: setup
+	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
 
 UNIT := tests --ignore=tests/integration --ignore=tests/e2e --ignore=tests/embedding/test_install.py
 # tests/embedding builds a host site on its own SQLite database: once, in the SQLite run.
@@ -73,7 +78,7 @@ d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_ti
 test-system: setup services
 	$(VENV)/bin/pytest -p no:cacheprovider -n 2 tests/integration tests/e2e
 
-test: lint typecheck test-sqlite test-postgres test-system test-install
+test: lint typecheck docs test-sqlite test-postgres test-system test-install
 
 # README "Embedding"'s pip lines in fresh virtualenvs, everywhere the README claims them: Python
 # 3.12 and 3.13 with their bundled pip, Django 6.0 and 6.1, SQLite and PostgreSQL, a database
