@@ -9,6 +9,8 @@ and nothing installed but the README's lines.
   reads on their indexes, and under the README's uvicorn line a timer fires, the SDK's sleep
   workflow completes and the host logs no error while the steps run.
 * The extras resolve with that pip: ``[server]`` and ``[celery]`` (``pip install --dry-run``).
+* The same lines with uv (``uv pip install``, as ``make setup`` installs; the newest Python and
+  Django here): a host on SQLite runs the steps, and both extras resolve.
 * Across versions, on SQLite (which keeps the index text the migrating Django wrote): a database
   migrated under 6.0 served under 6.1, and one migrated under 6.1 served under 6.0 after the
   README's ``[celery]`` line took Django back to 6.0 (the path README "With Celery" leads a user
@@ -16,11 +18,16 @@ and nothing installed but the README's lines.
 
 from __future__ import annotations
 
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.embedding.host import (
+    GIT_URL,
     Host,
     PipLines,
     build_wheel,
@@ -38,6 +45,27 @@ from tests.embedding.plans import plan_problems
 
 PYTHONS = ["3.12", "3.13"]
 DJANGOS = ["6.0", "6.1"]
+UV = Path(sys.executable).with_name("uv")  # the one `make setup` installs
+
+
+@dataclass
+class UvHost(Host):
+    """The same virtualenv, the README's lines given to ``uv pip install`` instead of pip."""
+
+    def pip(self, *argv: str) -> None:
+        assert argv[0] == "install", argv
+        args = [a.replace(GIT_URL, self.wheel.as_uri()) for a in argv[1:]]
+        res = subprocess.run(
+            [str(UV), "pip", "install", "-p", str(self.bin / "python"), *args],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if res.returncode != 0:
+            out = res.stdout[-2000:] + res.stderr[-2000:]
+            if "unsatisfiable" in out or "No solution found" in out:
+                pytest.fail(f"uv pip {shlex.join(argv)}: the pins do not resolve:\n{out}")
+            unavailable(f"uv pip {shlex.join(argv)} could not install:\n{out}")
 
 
 @pytest.fixture(scope="session")
@@ -109,3 +137,16 @@ def test_a_database_migrated_under_one_django_is_served_under_the_other(
     assert host.django().startswith("6.0."), host.django()  # django-celery-beat: Django<6.1
     assert plan_problems(plans_in(host, late)) == []
     serve_and_run_the_steps(host, late, sdk_python())
+
+
+def test_the_readme_lines_install_a_host_with_uv(wheel: Path, tmp_path: Path) -> None:
+    pip = PipLines.from_readme()
+    plain = host_on(PYTHONS[-1], tmp_path, wheel)
+    host = UvHost(plain.root, plain.wheel, plain.python)
+    host.pip("install", f"django=={DJANGOS[-1]}.*")
+    host.pip("install", *pip.apps)
+    assert host.django().startswith(f"{DJANGOS[-1]}."), host.django()
+    assert not host.has("psycopg")
+    a_site_runs_the_steps(host, "site-uv")
+    for extra in ("server", "celery"):
+        host.pip("install", "--dry-run", f"django-resonate[{extra}] @ {wheel.as_uri()}")
