@@ -2,9 +2,9 @@
 server: log in, find a promise by id, resolve it, and see the new state and the task it woke.
 
 Without Chromium the test is skipped with the reason, except under ``CI=true``, where that is a
-failure. With ``RESONATE_SCREENSHOT=1`` it also writes ``docs/admin-promises.png`` (the README's
-picture of the promise list) and ``docs/admin-overview.png`` (the operator overview), so an
-ordinary run never rewrites them.
+failure. With ``RESONATE_SCREENSHOT=1`` it also writes ``docs/images/admin-promises.png`` (the
+tutorial's picture of the promise list) and ``docs/images/admin-overview.png`` (the operator
+overview), so an ordinary run never rewrites them.
 
 The database is prepared before the browser starts and read after it stops: Playwright's sync API
 keeps an event loop in this thread, and Django refuses ORM calls from a thread with one.
@@ -39,7 +39,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "admin-promises.png"
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "images" / "admin-promises.png"
 OVERVIEW_SCREENSHOT = SCREENSHOT.with_name("admin-overview.png")
 WORKERS = "poll://any@workers"
 PASSWORD = "correct horse battery staple"

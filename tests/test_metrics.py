@@ -1,5 +1,5 @@
-"""Prometheus metrics (docs/observability.md): values after known traffic, drains and steps; the
-database gauges; who may read ``/metrics``.
+"""Prometheus metrics (docs/how-to/observability.md): values after known traffic, drains and steps;
+the database gauges; who may read ``/metrics``.
 
 Counters are process-wide, so each test compares a series before and after what it does.
 """

@@ -36,7 +36,7 @@ SDK_PROGRAM = Path(__file__).resolve().parent / "sdk_worker.py"
 
 # Production defaults except where a default would make one run take hours: leases, grace and
 # backoff ceilings measured in tens of seconds are shortened so that a fault's consequences play
-# out within a scenario (docs/reliability.md lists them).
+# out within a scenario (docs/explanation/reliability.md lists them).
 TIMINGS = {
     "RESONATE_TICK_INTERVAL_MS": "500",
     "RESONATE_IN_FLIGHT_MS": "5000",

@@ -1,6 +1,7 @@
 """Run the chaos scenarios: one fault kind at a time, then mixed; check; write the table.
 
-    .venv/bin/python -m bench.chaos                 # the full run (~10 min), docs/reliability.md
+    .venv/bin/python -m bench.chaos                 # the full run (~10 min): its report is
+                                                    # docs/explanation/reliability.md
     .venv/bin/python -m bench.chaos --short         # one PostgreSQL restart + one worker SIGKILL
     .venv/bin/python -m bench.chaos --only pg-fast,worker-kill --keep
 
@@ -25,7 +26,7 @@ from .cluster import Cluster, Missing, Proc, log, sdk_python
 from .load import Driver
 
 ROOT = Path(__file__).resolve().parents[2]
-REPORT = ROOT / "docs" / "reliability.md"
+REPORT = ROOT / "docs" / "explanation" / "reliability.md"
 RESULTS = ROOT / "bench" / "results" / "chaos.json"
 TABLE_START, TABLE_END = "<!-- chaos:table -->", "<!-- /chaos:table -->"
 

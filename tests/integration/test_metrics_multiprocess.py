@@ -1,6 +1,6 @@
 """Two real web processes sharing ``PROMETHEUS_MULTIPROC_DIR``: each answers requests, and the
 metrics of either (``/metrics`` on its web port, or the one ``METRICS_PORT`` listener) are the
-sum over both (docs/observability.md)."""
+sum over both (docs/how-to/observability.md)."""
 
 from __future__ import annotations
 
