@@ -14,7 +14,9 @@ author = "django-resonate contributors"
 copyright = "django-resonate contributors"
 
 extensions = ["myst_parser"]
-# reference pages (docs/_ext)
+# reference pages (docs/_ext): settings, CLI, resource API, metrics and system checks, written
+# from the code when the build starts (docs/_ext/reference.py); the version from the package.
+extensions += ["reference"]
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"

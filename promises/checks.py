@@ -11,6 +11,8 @@ from resonate_project.core.conf import resonate_settings
 
 @register()
 def check_resonate_settings(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """The RESONATE namespace: E000 when it cannot be read at all (an unknown key, or a value
+    of the wrong type; the message names it), else each value's bounds."""
     try:
         conf = resonate_settings()
     except (ValueError, TypeError) as exc:

@@ -12,6 +12,8 @@ from resonate_project.access import tokens
 
 @register()
 def check_access(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """The trust boundary: E001 when JWT_PUBLIC_KEY is set but cannot verify a JWT (not a PEM
+    public key, an unreadable file, an unsupported key type; the message says which)."""
     errors = []
     problem = tokens.check_config()
     if problem:

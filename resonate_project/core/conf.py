@@ -19,6 +19,7 @@ from django.dispatch import receiver
 
 @dataclass(frozen=True)
 class ResonateSettings:
+    # --- protocol, serving and delivery -------------------------------------------------------
     # Protocol (spec ServerConfig). Redispatch cadence of a pending task nobody acquires; must be
     # > 0, or the retry step would be permanently enabled.
     RETRY_TIMEOUT_MS: int = 5000
@@ -139,6 +140,17 @@ class ResonateSettings:
     METRICS_HOST: str = "127.0.0.1"
 
 
+# Read from the settings only, never from the environment: the debug surface (debug.reset deletes
+# everything) is switched on by the site's own settings (the standalone server's settings read
+# RESONATE_DEBUG into them).
+_SETTINGS_ONLY = frozenset({"DEBUG"})
+
+
+def env_variable(name: str) -> str | None:
+    """The environment variable that overrides setting ``name``, or None when none does."""
+    return None if name in _SETTINGS_ONLY else f"RESONATE_{name}"
+
+
 def _coerce(raw: str, like: Any) -> Any:
     if isinstance(like, bool):
         return raw.strip().lower() in {"1", "true", "yes", "on"}
@@ -154,8 +166,9 @@ def resonate_settings() -> ResonateSettings:
     values: dict[str, Any] = {}
     for f in fields(ResonateSettings):
         value = configured.get(f.name, getattr(defaults, f.name))
-        env = os.environ.get(f"RESONATE_{f.name}")
-        if env is not None and f.name != "DEBUG":
+        variable = env_variable(f.name)
+        env = os.environ.get(variable) if variable else None
+        if env is not None:
             value = _coerce(env, getattr(defaults, f.name))
         values[f.name] = value
     unknown = set(configured) - {f.name for f in fields(ResonateSettings)}

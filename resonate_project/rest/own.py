@@ -8,6 +8,7 @@ those settings is fixed here, per view.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from rest_framework.metadata import SimpleMetadata
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 
+from resonate_project import __version__
 from resonate_project.rest.auth import ApiAccess, BearerTokenAuthentication
 from resonate_project.rest.errors import exception_handler
 from resonate_project.rest.parsers import DepthLimitedJSONParser
@@ -25,7 +27,7 @@ from resonate_project.rest.parsers import DepthLimitedJSONParser
 # drf-spectacular's settings for /api/schema/ and /api/docs/, applied per request.
 SCHEMA_SETTINGS: dict[str, Any] = {
     "TITLE": "django-resonate",
-    "VERSION": "0.1.0",
+    "VERSION": __version__,
     "PREPROCESSING_HOOKS": ["resonate_project.rest.schema.only_resonate"],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
@@ -34,12 +36,23 @@ SCHEMA_SETTINGS: dict[str, Any] = {
 }
 
 
+class ResourceSchema(AutoSchema):
+    """drf-spectacular's ``AutoSchema``, describing an operation by its own text only: the one
+    given to ``documented``, the method's docstring, or the view class's own. drf-spectacular
+    falls back on the bases' docstrings, and OwnSettings' described every GET without one."""
+
+    def get_description(self) -> str:
+        method = getattr(self.view, getattr(self.view, "action", self.method.lower()), None)
+        own = getattr(method, "__doc__", None) or type(self.view).__dict__.get("__doc__")
+        return inspect.cleandoc(own) if own else ""
+
+
 def documented(**kwargs: Any) -> Callable[[Any], Any]:
-    """``extend_schema`` on drf-spectacular's ``AutoSchema`` whatever the site's
-    ``DEFAULT_SCHEMA_CLASS`` (on a method, ``extend_schema`` subclasses that setting's class)."""
+    """``extend_schema`` on ``ResourceSchema`` whatever the site's ``DEFAULT_SCHEMA_CLASS`` (on
+    a method, ``extend_schema`` subclasses that setting's class)."""
 
     def decorate(method: Any) -> Any:
-        method.schema = AutoSchema
+        method.schema = ResourceSchema
         return extend_schema(**kwargs)(method)
 
     return decorate
@@ -56,7 +69,7 @@ class OwnSettings:
     versioning_class = None
     content_negotiation_class = DefaultContentNegotiation
     metadata_class = SimpleMetadata
-    schema = AutoSchema()
+    schema = ResourceSchema()
 
     def get_exception_handler(self) -> Callable[..., Any]:
         return exception_handler
