@@ -71,6 +71,8 @@ MIDDLEWARE = [
     # A NUL in the path or query, or two credentials: 400 before anything else reads the request.
     "resonate_project.rest.errors.refuse_malformed",
     "django.middleware.security.SecurityMiddleware",
+    # /static/ (the admin's CSS and JS): WhiteNoise, staying async (resonate_project/static.py).
+    "resonate_project.static.StaticFiles",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -141,8 +143,16 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# The server serves its static files itself (WhiteNoise, resonate_project/static.py), with or
+# without DJANGO_DEBUG: gzip-compressed copies, hashed names cached for a year. `manage.py serve`
+# collects them into STATIC_ROOT when they are missing or older than the installed ones; with
+# DJANGO_DEBUG they are read from the apps' folders instead.
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT") or BASE_DIR / "var" / "static")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "resonate_project.static.Storage"},
+}
 
 # No REST_FRAMEWORK or SPECTACULAR_SETTINGS: the resource API's views carry their own
 # (resonate_project/rest/own.py), as they must inside a host site with settings of its own.

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 # The in-process suite runs inside pytest-django's transaction on the main thread, so POST /
 # must run its handler there too (real servers use a thread pool; tests/integration covers it).
 os.environ["RESONATE_WEB_THREADS"] = "0"
+# Static files (resonate_project/static.py): the `manage.py serve` processes the suite starts
+# collect into a directory of this run, not the checkout's var/static.
+os.environ["DJANGO_STATIC_ROOT"] = tempfile.mkdtemp(prefix="resonate-static-")
 
 import pytest
+from django.conf import settings
 from django.db import connection
+from django.test import override_settings
 
 from resonate_project.core.protocol import Response
 from resonate_project.envelope import call
+
+atexit.register(shutil.rmtree, os.environ["DJANGO_STATIC_ROOT"], ignore_errors=True)
 
 FAR = 10**13  # a deadline nobody reaches in a test
 ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
@@ -28,6 +39,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _static_files_by_plain_names() -> Iterator[None]:
+    """Pages rendered in this process link static files by their plain names: the live server
+    serves them from the apps' folders (Django's finders), where no hashed name exists, and a
+    manifest a `make run` left in var/static would name files this checkout may not have."""
+    plain = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
+    with override_settings(STORAGES={**settings.STORAGES, "staticfiles": plain}):
+        yield
 
 
 class Api:

@@ -69,6 +69,11 @@ class Command(BaseCommand):
             raise CommandError("\n".join(decision.refusals))
         for warning in decision.warnings:
             self.stderr.write(self.style.WARNING(warning))
+        # The standalone settings' storage collects its files here, before any process serves
+        # them; a host's own storage is left alone (resonate_project/static.py).
+        from resonate_project.static import collect_if_stale
+
+        collect_if_stale(self.stdout.write)
         embedded = options["embedded"]
         if embedded is None:
             embedded = not celery_enabled()
