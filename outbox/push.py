@@ -53,6 +53,7 @@ from yarl import URL
 from outbox import delivery
 from outbox.delivery import Claimed
 from outbox.models import PUSH_Q, Message
+from resonate_project import USER_AGENT
 from resonate_project.core import addresses
 from resonate_project.core.addresses import Allowlist
 from resonate_project.core.clock import now_ms
@@ -123,7 +124,7 @@ class _Sender:
         if session is None:
             resolver = _CheckedResolver(addresses.parse_allowed(conf.PUSH_ALLOWED))
             session = self.sessions[key] = aiohttp.ClientSession(
-                headers={"Content-Type": "application/json"},
+                headers={"Content-Type": "application/json", "User-Agent": USER_AGENT},
                 timeout=aiohttp.ClientTimeout(total=conf.PUSH_TIMEOUT_MS / 1000),
                 connector=aiohttp.TCPConnector(limit=conf.PUSH_CONCURRENCY, resolver=resolver),
                 auto_decompress=False,

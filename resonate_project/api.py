@@ -20,6 +20,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
 
+from resonate_project import __version__
 from resonate_project.access.auth import bearer
 from resonate_project.access.gate import forgeable
 from resonate_project.core.clock import now_ms
@@ -203,7 +204,7 @@ async def envelope(request: HttpRequest) -> HttpResponse:
 
 
 def health(request: HttpRequest) -> HttpResponse:
-    return JsonResponse({"status": "ok"})
+    return JsonResponse({"status": "ok", "version": __version__})
 
 
 def ready(request: HttpRequest) -> HttpResponse:

@@ -38,6 +38,7 @@ from django.tasks.exceptions import InvalidTaskBackend
 
 from promises import services as promises
 from promises.selectors import PROMISE_STATES
+from resonate_project import USER_AGENT
 from resonate_project.access.credentials import (
     CredentialError,
     credential_create,
@@ -295,7 +296,9 @@ def local(now: int) -> Send:
 def remote(url: str, token: str | None) -> Send:
     endpoint = url.rstrip("/") + "/"
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    headers = {"User-Agent": USER_AGENT}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
 
     def send(kind: str, data: dict[str, Any]) -> Response:
         envelope = {"kind": kind, "head": {"corrId": uuid.uuid4().hex}, "data": data}

@@ -11,12 +11,16 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from outbox.bind import decide_bind
+from resonate_project import __version__
 from resonate_project.core.conf import resonate_settings
 from resonate_project.engine.wake import celery_enabled
 
 
 class Command(BaseCommand):
     help = "Serve the Resonate protocol: POST / and GET /poll/{group}/{id}."
+
+    def get_version(self) -> str:
+        return f"django-resonate {__version__} (Django {super().get_version()})"
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -84,9 +88,8 @@ class Command(BaseCommand):
         workers = 1 if embedded else max(1, options["workers"])
         self._metrics(workers)
         mode = "embedded" if embedded else f"web x{workers} (Celery runs steps and push)"
-        self.stdout.write(
-            f"django-resonate serving on http://{options['host']}:{options['port']} ({mode})"
-        )
+        address = f"http://{options['host']}:{options['port']}"
+        self.stdout.write(f"django-resonate {__version__} serving on {address} ({mode})")
         uvicorn.run(
             "resonate_project.asgi:application",
             # httptools with limits on a request's head: MAX_HEADER_BYTES, HEADER_TIMEOUT_MS and

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from resonate_project import cli
+from resonate_project import __version__, cli
 
 
 class Command(BaseCommand):
@@ -14,6 +14,9 @@ class Command(BaseCommand):
         "Promises, tasks and schedules from the command line: on the local database, or on a "
         "running server with --server URL."
     )
+
+    def get_version(self) -> str:
+        return f"django-resonate {__version__} (Django {super().get_version()})"
 
     def add_arguments(self, parser: CommandParser) -> None:
         cli.add_arguments(parser)
