@@ -2,8 +2,8 @@
 
 Everything comes from the environment so that one build runs the embedded default (SQLite, no
 broker) and the production shape (PostgreSQL, Redis or RabbitMQ) unchanged. Protocol and
-operational knobs live in the single ``RESONATE`` namespace; see ``promises/conf.py`` for the
-documented defaults.
+operational knobs live in the single ``RESONATE`` namespace; see ``resonate_project/core/conf.py``
+for the documented defaults.
 """
 
 import json

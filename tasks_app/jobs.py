@@ -195,7 +195,7 @@ def _start(job: Job, pid: str, ttl: int, now: int) -> JobView | None:
     id = job.task_id
     # Read in a statement after the job lock, so the latest committed state: the claim's
     # ``busy`` test saw its own snapshot, and a worker that committed this job's claim while we
-    # waited for the row has acquired the task since (engine/locks.py says why).
+    # waited for the row has acquired the task since (resonate_project/engine/locks.py says why).
     task = Task.objects.select_related("promise").get(pk=id)
     if task.state == TaskState.FULFILLED or not is_live(task.promise, now):
         job.finished, job.running = True, None

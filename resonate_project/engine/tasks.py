@@ -1,6 +1,6 @@
 """Task transitions shared by handlers and internal steps (spec §1.2, §5.8).
 
-Callers hold the promise row lock of the task's id (see ``promises/locks.py``). Each function
+Callers hold the promise row lock of the task's id (see ``engine/locks.py``). Each function
 applies one edge of the task state machine and saves; none reads a clock.
 """
 

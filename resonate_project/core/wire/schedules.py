@@ -1,4 +1,4 @@
-"""Wire request types for ``schedule.*``. See ``promises/requests.py`` for the rules."""
+"""Wire request types for ``schedule.*``. See ``core/wire/promises.py`` for the rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wire request types for ``task.*`` (spec §2.3). See ``promises/requests.py`` for the rules."""
+"""Wire request types for ``task.*`` (spec §2.3). See ``core/wire/promises.py`` for the rules."""
 
 from __future__ import annotations
 
