@@ -36,6 +36,7 @@ from resonate_project.envelope import (
     parse,
     respond,
 )
+from resonate_project.home import home_page, wants_html
 from resonate_project.observability.request import RequestObservation, request_scope
 
 # Handlers are synchronous (one transaction each). Under ASGI, Django runs every sync view on one
@@ -188,6 +189,8 @@ async def envelope(request: HttpRequest) -> HttpResponse:
     """``POST /`` as a Django view (``resonate_project.embed.asgi`` answers it before Django's
     middleware where the application is wrapped)."""
     if request.method != "POST":
+        if request.method == "GET" and wants_html(request):  # a browser: what this server is
+            return home_page(request)
         return JsonResponse({"error": "POST a {kind, head, data} envelope to this URL"}, status=405)
     headers = {k.lower(): v for k, v in request.headers.items()}
     headers.setdefault("host", request.get_host())

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,3 +177,21 @@ def test_the_admin_loads_every_stylesheet_and_script_it_links(server: Server) ->
         finally:
             browser.close()
     assert failures == []
+
+
+def test_the_served_root_answers_a_browser_with_a_page_and_a_client_with_json(
+    server: Server,
+) -> None:
+    """GET / through the whole served stack (issue #25, part 5; tests/test_home_page.py)."""
+    browser = urllib.request.Request(f"{server.url}/", headers={"Accept": "text/html,*/*;q=0.8"})
+    with urllib.request.urlopen(browser, timeout=10) as reply:
+        assert reply.headers["Content-Type"] == "text/html; charset=utf-8"
+        page = reply.read().decode()
+    assert '<a href="/admin/">' in page
+    assert '<a href="/api/docs/">' in page
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{server.url}/", timeout=10)
+    assert refused.value.code == 405
+    assert json.loads(refused.value.read()) == {
+        "error": "POST a {kind, head, data} envelope to this URL"
+    }
