@@ -1,6 +1,7 @@
 """The operator console for the outbox: what is still to be delivered, to where, how old, how
-often tried and why it failed, which push messages were dead-lettered; and re-send (which revives
-a dead letter). See ``resonate_project/adminkit.py`` for the rules every console page follows."""
+often tried and why it failed, which push messages were dead-lettered and which unicast poll
+messages were set aside as undeliverable; re-send (which revives either) and purge (either).
+See ``resonate_project/adminkit.py`` for the rules every console page follows."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from django.utils.safestring import SafeString
 
 from outbox.delivery import wire
 from outbox.models import PUSH_Q, Message, Quarantine
-from outbox.services import resend
+from outbox.services import purge, resend
 from resonate_project.adminkit import (
     EMPTY,
     OperatorAdmin,
@@ -73,12 +74,18 @@ class DeadFilter(admin.SimpleListFilter):
     parameter_name = "dead"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "dead letters"), ("no", "being delivered")]
+        return [
+            ("yes", "dead letters"),
+            ("undeliverable", "undeliverable (no stream)"),
+            ("no", "being delivered"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         match self.value():
             case "yes":
-                return queryset.filter(dead_at__isnull=False)
+                return queryset.filter(dead_at__isnull=False, undeliverable_at__isnull=True)
+            case "undeliverable":
+                return queryset.filter(undeliverable_at__isnull=False)
             case "no":
                 return queryset.filter(dead_at__isnull=True)
         return queryset
@@ -117,7 +124,7 @@ class MessageAdmin(OperatorAdmin[Message]):
     search_fields = ("key",)
     search_help_text = "A key prefix (the task id for execute), or an address prefix."
     ordering = ("created_at", "key")
-    actions = ("resend_messages",)
+    actions = ("resend_messages", "purge_messages")
     fieldsets = (
         (None, {"fields": ("key", "kind", "address", "subject_view", "version")}),
         (
@@ -128,6 +135,7 @@ class MessageAdmin(OperatorAdmin[Message]):
                     "attempts",
                     "next_view",
                     "dead_view",
+                    "undeliverable_view",
                     "last_error",
                     "revision",
                 )
@@ -135,7 +143,14 @@ class MessageAdmin(OperatorAdmin[Message]):
         ),
         ("As sent", {"fields": ("wire_view",)}),
     )
-    readonly_fields = ("subject_view", "created_view", "next_view", "dead_view", "wire_view")
+    readonly_fields = (
+        "subject_view",
+        "created_view",
+        "next_view",
+        "dead_view",
+        "undeliverable_view",
+        "wire_view",
+    )
 
     def search_q(self, term: str) -> Q:
         return Q(key__startswith=term) | Q(address__startswith=term)
@@ -148,6 +163,8 @@ class MessageAdmin(OperatorAdmin[Message]):
 
     @admin.display(description="next attempt", ordering="next_attempt_at")
     def next_column(self, m: Message) -> SafeString | str:
+        if m.undeliverable_at is not None:
+            return format_html("undeliverable<br>{}", cell(m.undeliverable_at, seen_at(m)))
         if m.dead_at is not None:
             return format_html("dead letter<br>{}", cell(m.dead_at, seen_at(m)))
         if m.next_attempt_at <= seen_at(m):
@@ -185,6 +202,12 @@ class MessageAdmin(OperatorAdmin[Message]):
         """No more attempts until re-sent (``PUSH_MAX_ATTEMPTS`` or ``PUSH_MAX_AGE_MS``)."""
         return when(m.dead_at, seen_at(m))
 
+    @admin.display(description="undeliverable since")
+    def undeliverable_view(self, m: Message) -> SafeString | str:
+        """Set aside: its poll://uni@ stream stayed away UNDELIVERABLE_AFTER_MS; due again when
+        that stream connects, or when re-sent."""
+        return when(m.undeliverable_at, seen_at(m))
+
     @admin.display(description="message")
     def wire_view(self, m: Message) -> SafeString:
         return pretty_json(wire(m))
@@ -192,6 +215,8 @@ class MessageAdmin(OperatorAdmin[Message]):
     # --- actions ---
 
     def object_actions(self, request: HttpRequest, obj: Message) -> list[tuple[str, str]]:
+        if obj.dead_at is not None:
+            return [("resend_messages", "Re-send now"), ("purge_messages", "Purge")]
         return [("resend_messages", "Re-send now")]
 
     @admin.action(description="Re-send selected messages now", permissions=["act"])
@@ -207,9 +232,30 @@ class MessageAdmin(OperatorAdmin[Message]):
         def act(m: Message, now: int, report: Report) -> None:
             resend(key=m.key, now=now)
             dead = ", dead letter" if m.dead_at is not None else ""
+            if m.undeliverable_at is not None:
+                dead = ", undeliverable"
             report.changed(m, f"due now (was: {m.attempts} attempts{dead})")
 
         self.run_each(request, rows, "Re-send", act)
+        return self.after(request, rows)
+
+    @admin.action(
+        description="Purge selected dead letters and undeliverable messages", permissions=["act"]
+    )
+    def purge_messages(
+        self, request: HttpRequest, queryset: QuerySet[Message]
+    ) -> HttpResponse | None:
+        """Delete them for good; a message still being delivered is refused (nothing owed is
+        dropped)."""
+        rows = self.selected(queryset)
+        if self.too_many(request, rows):
+            return None
+
+        def act(m: Message, now: int, report: Report) -> None:
+            purge(key=m.key)
+            report.changed(m, "purged")
+
+        self.run_each(request, rows, "Purge", act)
         return self.after(request, rows)
 
 

@@ -11,6 +11,12 @@ attempts or ``PUSH_MAX_AGE_MS`` after it was written: kept, never claimed again,
 admin and the resource API, and due again when an operator re-sends it or a newer upsert of its
 key replaces it.
 
+An ``execute`` claimed after its task moved on (acquired at or past its version, fulfilled,
+halted or suspended, or its promise settled or timed out) is removed instead of sent: no worker
+could acquire it (``resonate_outbox_stale_skipped_total``). An undeliverable message (unicast,
+no stream for ``UNDELIVERABLE_AFTER_MS``, ``engine.outbox.set_aside_undeliverable``) is out of
+the due set until its stream connects (:func:`revive`) or an operator re-sends it.
+
 A row that cannot be read back (a corrupt value that no longer decodes, say) is dead-lettered by
 the claim that meets it, with the error, and the claim goes on with the other rows: one bad row
 never holds up a drainer's batch (README "Delivery").
@@ -21,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -29,8 +35,11 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Q
 
 from outbox.models import Message, Unreadable
+from promises.models import PromiseState
 from resonate_project.core.conf import resonate_settings
 from resonate_project.engine import rows
+from resonate_project.observability import metrics
+from tasks_app.models import Task, TaskState
 
 log = logging.getLogger("resonate.delivery")
 
@@ -49,6 +58,9 @@ class Claimed:
     attempts: int
     body: bytes
     created_at: int = 0
+    # An execute sent again after its task was released: the stream id (an SDK's pid) that
+    # released it last, which anycast routing passes over when the group has another stream.
+    avoid: str | None = None
 
 
 def wire(m: Message) -> dict[str, Any]:
@@ -148,21 +160,69 @@ def _claim_due(due: str, params: list[Any], now: int, until: int) -> list[Claime
 
 def _claimed(found: Sequence[Sequence[Any]], now: int) -> list[Claimed]:
     """The claimed rows (every column, in field order) as messages to send. A row that does not
-    decode or encode is dead-lettered with its error (its lease is its claim's) and left out."""
+    decode or encode is dead-lettered with its error (its lease is its claim's) and left out, and
+    so is a stale execute, which is removed (:func:`_current`)."""
     out = []
+    executes: dict[str, tuple[int, int | None]] = {}  # key -> (position, version)
     for raw in found:
         try:
             (m,) = rows.build(Message, [raw])
             out.append(
                 Claimed(m.key, m.revision, m.kind, m.address, m.attempts, encode(m), m.created_at)
             )
+            if m.kind == "execute" and m.task_id == m.key:
+                executes[m.key] = (len(out) - 1, m.version)
         except UNAVAILABLE:
             raise
         except Exception as exc:
             key, revision = raw[_KEY], raw[_REVISION]
             log.exception("outbox message %s cannot be read; dead-lettered", key)
             dead_letter(key, revision, now, f"unreadable row: {error_text(exc)}")
-    return out
+    return _current(out, executes, now) if executes else out
+
+
+def _current(
+    out: list[Claimed], executes: dict[str, tuple[int, int | None]], now: int
+) -> list[Claimed]:
+    """``out`` without its stale executes: those whose task is no longer pending at the
+    message's version (acquired or released past it, fulfilled, halted, suspended, or its promise
+    settled or past its deadline), which no worker could acquire. They are deleted (fenced by
+    the claim's revision: a newer execute of that task written meanwhile stays) and counted
+    (``resonate_outbox_stale_skipped_total``). An execute of a task still pending at its version
+    is always sent; that of a task released before carries the releaser's pid (``avoid``)."""
+    found = list(
+        Task.objects.filter(pk__in=list(executes)).values_list(
+            "pk",
+            "state",
+            "version",
+            "promise__state",
+            "promise__timeout_at",
+            "release_count",
+            "last_pid",
+        )
+    )
+    current: dict[str, tuple[int, str | None]] = {}
+    for pk, state, version, p_state, timeout_at, releases, last_pid in found:
+        pending = state == TaskState.PENDING and p_state == PromiseState.PENDING
+        if pending and timeout_at > now and version == executes[pk][1]:
+            current[pk] = (releases, last_pid)
+    # A task that does not exist (a debug.reset since) is not judged here: sent as before.
+    for key in set(executes) - {row[0] for row in found}:
+        current[key] = (0, None)
+    stale = [out[i] for key, (i, _) in executes.items() if key not in current]
+    if stale:
+        ack(stale)
+        metrics.record_stale_skipped("execute", len(stale))
+    kept = []
+    for item in out:
+        if item.kind == "execute" and item.key in executes:
+            if item.key not in current:
+                continue
+            releases, last_pid = current[item.key]
+            if releases and last_pid:
+                item = replace(item, avoid=last_pid)
+        kept.append(item)
+    return kept
 
 
 def dead_letter(key: str, revision: int, now: int, error: str) -> bool:
@@ -214,6 +274,26 @@ def ack(items: list[Claimed]) -> int:
     if not items:
         return 0
     return _matching(items, "DELETE FROM {table} WHERE (key, revision) IN (VALUES {pairs})", [])
+
+
+def revive(routes: Sequence[str], now: int) -> int:
+    """A stream for these routes is connected: its undeliverable messages (unicast, set aside
+    while nobody held that stream) are due again at once, live as if written now. Returns how
+    many."""
+    n = 0
+    for i in range(0, len(routes), _CHUNK):
+        n += Message.objects.filter(
+            poll_route__in=routes[i : i + _CHUNK], undeliverable_at__isnull=False
+        ).update(
+            dead_at=None,
+            undeliverable_at=None,
+            next_attempt_at=now,
+            attempts=0,
+            last_error="",
+            revision=F("revision") + 1,
+        )
+    metrics.record_undeliverable("revived", n)
+    return n
 
 
 def release(items: list[Claimed], now: int) -> None:

@@ -73,7 +73,9 @@ from resonate_project.access.models import ServiceCredential
 from resonate_project.core.addresses import parse_poll, stream_routes
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
+from resonate_project.engine import tasks
 from resonate_project.engine import wake as notify
+from resonate_project.engine.outbox import subscriber_fresh_after
 from resonate_project.observability import metrics
 
 log = logging.getLogger("resonate.hub")
@@ -133,6 +135,8 @@ class Stream:
     opener: Opener | None = None
     # Why the hub ended the stream (written to the client as a comment before the response ends).
     reason: str | None = None
+    # When it was opened (ms), for the operator overview's "connected since".
+    opened_at: int = field(default_factory=now_ms)
 
     def offer(self, item: Claimed) -> None:
         if self.closed:
@@ -317,6 +321,11 @@ class Hub:
         with self._lock:
             return len(self._streams)
 
+    def opened(self) -> dict[Key, int]:
+        """When each stream this process holds was opened (ms), by ``(group, id)``."""
+        with self._lock:
+            return {key: stream.opened_at for key, stream in self._streams.items()}
+
     def end(self, stream: Stream, reason: str, registered: bool = True) -> None:
         """From the hub thread: take ``stream`` out of the hub at once (its routes are no longer
         claimed for) and end its response with ``reason``; what it held goes back to the outbox.
@@ -411,12 +420,19 @@ class Hub:
                 # Our rows were swept while this hub could not refresh them (a long database
                 # outage): register every stream we hold again.
                 new = new | held
+            # A sweep that read no Subscriber row for a stream registering at that moment may
+            # have set its messages aside anyway: take them back on every refresh too.
+            self._revive(held - new, now)
             # A web process that died without unregistering (SIGKILL, OOM) leaves its streams'
             # rows behind; they are ignored once stale, and deleted after a while.
             stale = now - max(STALE_SUBSCRIBER_MS, 20 * max(fallback, 1000))
             Subscriber.objects.filter(seen_at__lt=stale).delete()
         if new:
             self._register(new, now)
+            with self._lock:
+                registered = {key for key in new if key in self._streams}
+            self._revive(registered, now)
+            self._offer_backed_off(registered, now)
         # Counted once the pass went through (a failed pass is retried whole).
         metrics.record_deliveries("sse", delivered=len(acks))
         metrics.record_redeliveries("sse", len(releases))
@@ -454,6 +470,35 @@ class Hub:
                 raise
             except Exception:
                 self._refuse(key)
+
+    def _revive(self, keys: set[Key], now: int) -> None:
+        """Once the streams ``keys`` are registered: their undeliverable unicast messages are
+        due again (``delivery.revive``), and this pass claims them."""
+        if not keys:
+            return
+        try:
+            delivery.revive(sorted(f"{group}/{stream_id}" for group, stream_id in keys), now)
+        except UNAVAILABLE:
+            raise
+        except Exception:  # a route the database refuses: its stream is ended at registration
+            log.exception("SSE streams: their undeliverable messages cannot be taken back")
+
+    def _offer_backed_off(self, new: set[Key], now: int) -> None:
+        """New streams joined these groups: a task of theirs waiting out a release back-off is
+        offered again now (the newcomer may have the function the others lacked)."""
+        groups = sorted({group for group, _ in new})
+        if not groups:
+            return
+        try:
+            tasks.redispatch_backed_off(
+                [f"poll://any@{group}" for group in groups],
+                [f"poll://any@{group}/" for group in groups],
+                now,
+            )
+        except UNAVAILABLE:
+            raise
+        except Exception:
+            log.exception("SSE streams: backed-off tasks of their groups cannot be offered")
 
     def _refuse(self, key: Key) -> None:
         log.exception("SSE stream %r/%r cannot be registered", *key)
@@ -591,11 +636,18 @@ def _route(
     if address.id is not None and _connected_elsewhere(address.group, address.id, now):
         return None
     group = by_group.get(address.group)
-    return random.choice(group) if group else None
+    if not group:
+        return None
+    if item.avoid is not None and len(group) > 1:
+        # An execute its last holder released: offer it to another stream of the group first.
+        others = [stream for stream in group if stream.id != item.avoid]
+        if others:
+            return random.choice(others)
+    return random.choice(group)
 
 
 def _connected_elsewhere(group: str, stream_id: str, now: int) -> bool:
-    fresh = now - 3 * max(resonate_settings().POLL_FALLBACK_MS, 1000)
+    fresh = subscriber_fresh_after(now)
     return (
         Subscriber.objects.filter(group=group, stream_id=stream_id, seen_at__gte=fresh)
         .exclude(process=PROCESS)

@@ -2,6 +2,10 @@
 them. ``execute`` is keyed by task id (the later version wins), ``unblock`` by promise and
 address. ``revision`` grows on every upsert, so a deliverer deletes a row only if nobody replaced
 it while the message was in flight.
+
+Out of the due set are dead letters (``dead_at``), and among them the *undeliverable* messages
+(``undeliverable_at`` as well): unicast poll messages whose stream stayed away for
+``UNDELIVERABLE_AFTER_MS``, due again when it connects (``delivery.revive``).
 """
 
 from __future__ import annotations
@@ -60,6 +64,12 @@ class Message(models.Model):
     dead_at = models.BigIntegerField(
         null=True, blank=True, help_text="ms: when it was dead-lettered (no more attempts)"
     )
+    undeliverable_at = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="ms: when it was set aside as undeliverable (a poll://uni@ address with no "
+        "stream for UNDELIVERABLE_AFTER_MS; dead_at is set too), until that stream connects",
+    )
 
     class Meta:
         indexes = [
@@ -71,6 +81,12 @@ class Message(models.Model):
             ),
             models.Index(
                 fields=["dead_at"], name="outbox_dead", condition=models.Q(dead_at__isnull=False)
+            ),
+            # A stream that connects takes its undeliverable messages back, by route.
+            models.Index(
+                fields=["poll_route"],
+                name="outbox_undeliverable",
+                condition=models.Q(undeliverable_at__isnull=False),
             ),
             # The SSE hub claims by route, one IN list per chunk of the routes it holds.
             models.Index(

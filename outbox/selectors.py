@@ -9,7 +9,8 @@ from outbox.models import Message, Unreadable
 
 
 def message_record(m: Message) -> dict[str, Any]:
-    """A message as the resource API shows it; ``deadAt`` only on a dead letter."""
+    """A message as the resource API shows it; ``deadAt`` only on a dead letter, and
+    ``undeliverableAt`` as well on an undeliverable one."""
     record: dict[str, Any] = {
         "key": m.key,
         "kind": m.kind,
@@ -27,4 +28,6 @@ def message_record(m: Message) -> dict[str, Any]:
         record["promise"] = {"id": m.promise.get("id"), "state": m.promise.get("state")}
     if m.dead_at is not None:
         record["deadAt"] = m.dead_at
+    if m.undeliverable_at is not None:
+        record["undeliverableAt"] = m.undeliverable_at
     return record

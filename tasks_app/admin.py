@@ -130,6 +130,15 @@ class TaskAdmin(OperatorAdmin[Task]):
             },
         ),
         ("Timers", {"fields": ("lease_view", "retry_view")}),
+        (
+            "Releases",
+            {
+                "fields": ("release_count", "last_release_view", "last_pid"),
+                "description": "From the second task.release without progress (suspended, "
+                "resumed, a heartbeat, continued) each delays the next execute: "
+                "RELEASE_BACKOFF_BASE_MS, doubling up to RELEASE_BACKOFF_MAX_MS.",
+            },
+        ),
         ("Waiting", {"fields": ("resumes_view", "awaits_view", "execute_view")}),
     )
     readonly_fields = (
@@ -143,6 +152,9 @@ class TaskAdmin(OperatorAdmin[Task]):
         "awaits_view",
         "execute_view",
         "django_task_view",
+        "release_count",
+        "last_release_view",
+        "last_pid",
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
@@ -215,6 +227,10 @@ class TaskAdmin(OperatorAdmin[Task]):
     @admin.display(description="retry (next dispatch) at")
     def retry_view(self, t: Task) -> SafeString | str:
         return when(t.retry_at, seen_at(t))
+
+    @admin.display(description="last release")
+    def last_release_view(self, t: Task) -> SafeString | str:
+        return when(t.last_release_at, seen_at(t))
 
     @admin.display(description="resumed by")
     def resumes_view(self, t: Task) -> SafeString | str:

@@ -334,13 +334,14 @@ def task_fulfill(req: TaskFulfillReq, now: int) -> Response:
 
 
 def task_release(req: TaskReleaseReq, now: int) -> Response:
-    """T-08. Back to pending (resumes kept), due for dispatch at once."""
+    """T-08. Back to pending (resumes kept), due for dispatch at once, or after the back-off of
+    a task released again and again without progress (``transitions.release``)."""
     with unit_of_work(now) as fx:
         t, p = task_for_update(req.id)
         if t is None or p is None:
             raise NotFound(TASK_NOT_FOUND)
         check_fence(t, p, req.version, now)
-        transitions.make_pending(t, p, now, fx)
+        transitions.release(t, p, now, fx)
         return ok({})
 
 
@@ -370,7 +371,7 @@ def task_continue(req: TaskContinueReq, now: int) -> Response:
             raise Conflict("task is not halted")
         if not is_live(p, now):
             raise Conflict("task's promise is not pending")
-        transitions.make_pending(t, p, now, fx)
+        transitions.make_pending(t, p, now, fx, progress=True)
         return ok({})
 
 

@@ -31,6 +31,18 @@ class Task(models.Model):
     expires_at = models.BigIntegerField(null=True, blank=True)
     retry_at = models.BigIntegerField(null=True, blank=True)
     resumes = models.JSONField(default=list, blank=True)
+    release_count = models.IntegerField(
+        default=0,
+        db_default=0,
+        help_text="task.release calls since the task last made progress (suspended, resumed, "
+        "a heartbeat, continued); from the second on, each delays the next execute",
+    )
+    last_release_at = models.BigIntegerField(
+        null=True, blank=True, help_text="ms: the last task.release"
+    )
+    last_pid = models.TextField(
+        null=True, blank=True, help_text="the process that acquired the task last"
+    )
 
     class Meta:
         indexes = [

@@ -63,3 +63,21 @@ def suspend_preload(p: Promise, settled: list[Promise], now: int) -> list[dict[s
     seen = {r["id"] for r in records}
     records.extend(promise_record(a, now) for a in settled if a.id not in seen)
     return records
+
+
+def release_fields(t: Task) -> dict[str, Any]:
+    """What the resource API adds to a task record (not on the wire): its releases since the
+    last progress (``releases``; from the second on they delay its next execute), the last one
+    (``lastReleaseAt``) and the process that acquired it last (``lastPid``)."""
+    out: dict[str, Any] = {"releases": t.release_count}
+    if t.last_release_at is not None:
+        out["lastReleaseAt"] = t.last_release_at
+    if t.last_pid is not None:
+        out["lastPid"] = t.last_pid
+    return out
+
+
+def task_release_fields(id: str) -> dict[str, Any]:
+    """:func:`release_fields` of the task ``id`` ({} if there is none)."""
+    t = Task.objects.filter(pk=id).only("release_count", "last_release_at", "last_pid").first()
+    return {} if t is None else release_fields(t)

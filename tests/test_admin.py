@@ -739,7 +739,7 @@ def test_an_operator_is_offered_exactly_the_actions_of_each_app(op: Client, db: 
         Promise: {"", "resolve_promises", "reject_promises", "cancel_promises"},
         Task: {"", "halt_tasks", "continue_tasks", "expire_leases"},
         Schedule: {"", "fire_schedules", "delete_schedules"},
-        Message: {"", "resend_messages"},
+        Message: {"", "resend_messages", "purge_messages"},
     }
 
 

@@ -169,7 +169,7 @@ def test_task_filters_use_the_viewed_state_and_the_promise(api: Api, client: Cli
     assert ids(get(client, "/api/tasks")[1]) == ["job.dead", "job.live", "other"]
     _, fulfilled = get(client, "/api/tasks", state="fulfilled")
     assert fulfilled["results"] == [
-        {"id": "job.dead", "state": "fulfilled", "version": 0, "resumes": 0}
+        {"id": "job.dead", "state": "fulfilled", "version": 0, "resumes": 0, "releases": 0}
     ]
     assert ids(get(client, "/api/tasks", state="pending")[1]) == ["job.live", "other"]
     assert ids(get(client, "/api/tasks", tag=f"{TARGET}={ADDRESS}")[1]) == ["job.dead", "job.live"]

@@ -23,6 +23,13 @@ class ResonateSettings:
     # Protocol (spec ServerConfig). Redispatch cadence of a pending task nobody acquires; must be
     # > 0, or the retry step would be permanently enabled.
     RETRY_TIMEOUT_MS: int = 5000
+    # Back-off for a task nobody can run (a deviation, docs/reference/deviations.md): the second
+    # and later consecutive task.release of a task without progress (suspended, resumed, a
+    # heartbeat, continued) delay its next execute by BASE, then doubling, at most MAX; the first
+    # release is redispatched at once, as the spec says. A stream joining the task's group ends
+    # the wait. 0 (either) disables the back-off.
+    RELEASE_BACKOFF_BASE_MS: int = 1000
+    RELEASE_BACKOFF_MAX_MS: int = 60_000
     # Debug surface (C12): off means every debug.* answers 403 and resonate:debug_time is ignored.
     DEBUG: bool = False
     # Threads per web process serving POST / (each holds one database connection); 0 runs the
@@ -105,6 +112,11 @@ class ResonateSettings:
     # dead-lettered: kept, listed, re-sendable, never dropped. 0 disables the bound.
     PUSH_MAX_ATTEMPTS: int = 50
     PUSH_MAX_AGE_MS: int = 7 * 24 * 3600 * 1000
+    # A message to a poll://uni@{group}/{id} address whose stream has been connected to no web
+    # process for this long leaves the due set: kept as undeliverable (listed, re-sendable and
+    # purgeable in the admin and /api/outbox, not counted as due), and due again the moment a
+    # stream for that address connects. 0 keeps such messages due forever.
+    UNDELIVERABLE_AFTER_MS: int = 600_000
     # Bytes of a push response body read (for the error text) at most.
     PUSH_MAX_RESPONSE_BYTES: int = 4096
     # Requests in flight to one destination host at once (a slow host cannot take every slot).

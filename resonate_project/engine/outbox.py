@@ -2,8 +2,11 @@
 
 ``execute`` is keyed by task id, so a newer execute replaces an undelivered older one (the later
 version wins); ``unblock`` by ``<promise id>:notify:<address>``. Each upsert bumps ``revision`` and
-resets the delivery bookkeeping (a dead letter replaced this way is live again), and asks for a
-drain once the transaction commits.
+resets the delivery bookkeeping (a dead letter or an undeliverable message replaced this way is
+live again), and asks for a drain once the transaction commits.
+
+:func:`set_aside_undeliverable` is the sweep that takes unicast poll messages nobody can receive
+out of the due set (``UNDELIVERABLE_AFTER_MS``).
 """
 
 from __future__ import annotations
@@ -11,10 +14,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, TextField, Value
+from django.db.models.functions import Concat
 
-from outbox.models import Message
+from outbox.models import Message, Subscriber
 from resonate_project.core.addresses import is_push, poll_route
+from resonate_project.core.conf import resonate_settings
 from resonate_project.engine import wake
 from resonate_project.observability import metrics
 
@@ -27,7 +33,7 @@ ON CONFLICT (key) DO UPDATE SET
     kind = excluded.kind, address = excluded.address, task_id = excluded.task_id,
     version = excluded.version, promise = excluded.promise, created_at = excluded.created_at,
     revision = {table}.revision + 1, attempts = 0, next_attempt_at = excluded.next_attempt_at,
-    last_error = '', poll_route = excluded.poll_route, dead_at = NULL
+    last_error = '', poll_route = excluded.poll_route, dead_at = NULL, undeliverable_at = NULL
 """
 
 
@@ -59,3 +65,50 @@ def execute(task_id: str, version: int, address: str, now: int) -> None:
 
 def unblock(record: dict[str, Any], address: str, now: int) -> None:
     _upsert(f"{record['id']}:notify:{address}", "unblock", address, None, None, record, now)
+
+
+UNICAST = "poll://uni@"
+
+
+def subscriber_fresh_after(now: int) -> int:
+    """A ``Subscriber`` row refreshed since this instant is a stream connected now (each hub
+    refreshes its rows every ``POLL_FALLBACK_MS``; a dead process's rows go stale)."""
+    return now - 3 * max(resonate_settings().POLL_FALLBACK_MS, 1000)
+
+
+def set_aside_undeliverable(now: int, limit: int) -> int:
+    """Take out of the due set the ``poll://uni@{group}/{id}`` messages due for at least
+    ``UNDELIVERABLE_AFTER_MS`` whose stream no web process holds (no fresh ``Subscriber`` row
+    for ``(group, id)``): dead letters marked undeliverable, kept with the reason. The hub that
+    next opens that stream makes them due again (``outbox.delivery.revive``). A message in
+    flight is not due, so never taken. Returns how many."""
+    window = resonate_settings().UNDELIVERABLE_AFTER_MS
+    if window <= 0:
+        return 0
+    connected = Subscriber.objects.annotate(
+        route=Concat("group", Value("/"), "stream_id", output_field=TextField())
+    ).filter(route=OuterRef("poll_route"), seen_at__gte=subscriber_fresh_after(now))
+    with transaction.atomic():
+        keys = list(
+            Message.objects.select_for_update(skip_locked=True)
+            .filter(
+                dead_at__isnull=True,
+                address__startswith=UNICAST,
+                next_attempt_at__lte=now - window,
+            )
+            .exclude(Exists(connected))
+            .order_by("next_attempt_at")
+            .values_list("key", flat=True)[:limit]
+        )
+        if not keys:
+            return 0
+        n = Message.objects.filter(
+            key__in=keys, dead_at__isnull=True, next_attempt_at__lte=now - window
+        ).update(
+            dead_at=now,
+            undeliverable_at=now,
+            last_error=f"undeliverable: no stream for its address for {window // 1000} s",
+            revision=F("revision") + 1,
+        )
+    metrics.record_undeliverable("set_aside", n)
+    return n

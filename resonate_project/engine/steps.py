@@ -33,7 +33,7 @@ from resonate_project.core.protocol import promise_record
 from resonate_project.core.schedules import expand
 from resonate_project.core.tags import BRANCH, SCHEDULE
 from resonate_project.core.wire.promises import PromiseCreateReq, Value, later
-from resonate_project.engine import promises, rows, tasks, wake
+from resonate_project.engine import outbox, promises, rows, tasks, wake
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.locks import due_tasks_for_update
 from resonate_project.engine.uow import unit_of_work
@@ -179,6 +179,15 @@ def retry_dispatch(now: int, limit: int, only: Any = None) -> int:
     return len(due)
 
 
+def outbox_undeliverable(now: int, limit: int, only: Any = None) -> int:
+    """Not in the spec (delivery is the environment's there): unicast poll messages whose
+    stream has been away ``UNDELIVERABLE_AFTER_MS`` leave the due set
+    (``engine.outbox.set_aside_undeliverable``); every tick, no deadline of its own."""
+    if only is not None:
+        return 0
+    return outbox.set_aside_undeliverable(now, limit)
+
+
 # Per step with a deadline: the table, its column, the partial index the step sweeps and the
 # query's condition, which implies that index's (SQLite reads a partial index only for a query
 # whose terms include each of the index's own).
@@ -284,6 +293,7 @@ STEPS: tuple[Step, ...] = (
     retry_dispatch,
     listener_drain,
     callback_drain,
+    outbox_undeliverable,
 )
 
 

@@ -6,7 +6,11 @@ applies one edge of the task state machine and saves; none reads a clock.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
+from django.db import transaction
+from django.db.models import Q
 
 from promises.models import Promise
 from resonate_project.core import tags as T
@@ -58,6 +62,7 @@ def born_acquired(p: Promise, pid: str, ttl: int, now: int) -> Task:
         pid=pid,
         ttl=ttl,
         expires_at=expires_at,
+        last_pid=pid,
     )
     rows.insert(task)
     wake.deadline(min(expires_at, p.timeout_at), now)  # the promise was born in this transaction
@@ -75,19 +80,78 @@ def acquire(t: Task, pid: str, ttl: int, now: int) -> None:
     t.version += 1
     expires_at = later(now, ttl)
     t.pid, t.ttl, t.expires_at = pid, ttl, expires_at
+    t.last_pid = pid
     t.retry_at = None
     t.resumes = []
-    rows.update(t, [*_LEASE_FIELDS, "version"])
+    rows.update(t, [*_LEASE_FIELDS, "version", "last_pid"])
     wake.deadline(expires_at, now)
 
 
-def make_pending(t: Task, p: Promise, now: int, fx: Effects) -> None:
-    """Enter pending (release, continue, lease expiry): due at once, version and resumes kept."""
+def make_pending(
+    t: Task,
+    p: Promise,
+    now: int,
+    fx: Effects,
+    *,
+    progress: bool = False,
+    delay: int = 0,
+    also: Sequence[str] = (),
+) -> None:
+    """Enter pending (release, continue, lease expiry): due at once (or after ``delay``, a
+    release's back-off), version and resumes kept; ``also``: more fields the caller changed.
+    ``progress``: the release count restarts (an operator's continue)."""
     t.state = TaskState.PENDING
     t.pid = t.ttl = t.expires_at = None
-    t.retry_at = now
-    rows.update(t, _LEASE_FIELDS)
+    t.retry_at = later(now, delay)
+    fields = [*_LEASE_FIELDS, *also]
+    if progress and t.release_count:
+        t.release_count = 0
+        fields = [*fields, "release_count"]
+    rows.update(t, fields)
     fx.became_pending(t, p)
+    if delay:
+        wake.deadline(t.retry_at, now)
+
+
+def release_backoff_ms(releases: int) -> int:
+    """How long the ``releases``-th consecutive release without progress delays the next
+    execute: none for the first (the spec's redispatch at once: a worker shutting down hands its
+    task on), then ``RELEASE_BACKOFF_BASE_MS`` doubling up to ``RELEASE_BACKOFF_MAX_MS``; 0 when
+    either is 0 (no back-off)."""
+    conf = resonate_settings()
+    base, cap = conf.RELEASE_BACKOFF_BASE_MS, conf.RELEASE_BACKOFF_MAX_MS
+    if base <= 0 or cap <= 0 or releases < 2:
+        return 0
+    return min(base * 2 ** min(releases - 2, 62), cap)
+
+
+def release(t: Task, p: Promise, now: int, fx: Effects) -> None:
+    """T-08: back to pending, recorded (release count, when), and due after the back-off for a
+    task that keeps being released without progress (a deviation: the spec redispatches at once;
+    README "Deviations"). A task claimed from the database keeps its own retry policy."""
+    t.release_count += 1
+    t.last_release_at = now
+    delay = 0 if is_claimed_from_database(p.target) else release_backoff_ms(t.release_count)
+    make_pending(t, p, now, fx, delay=delay, also=["release_count", "last_release_at"])
+
+
+def redispatch_backed_off(addresses: list[str], prefixes: list[str], now: int) -> int:
+    """Make the tasks waiting out a release back-off due now if their target is one of
+    ``addresses`` or starts with one of ``prefixes``: a stream joined their group, which may be
+    a worker that has the function. Their release count stays (a worker that lacks it too
+    releases into a longer back-off). Returns how many."""
+    if not addresses and not prefixes:
+        return 0
+    targets = Q(promise__target__in=addresses) if addresses else Q()
+    for prefix in prefixes:
+        targets |= Q(promise__target__startswith=prefix)
+    with transaction.atomic():
+        n = Task.objects.filter(
+            targets, state=TaskState.PENDING, release_count__gte=2, retry_at__gt=now
+        ).update(retry_at=now)
+        if n:
+            wake.deadline(now, now)
+    return n
 
 
 def fulfil(t: Task) -> None:
@@ -99,10 +163,12 @@ def fulfil(t: Task) -> None:
 
 
 def suspend(t: Task) -> None:
+    """Suspended: progress, so the release count restarts."""
     t.state = TaskState.SUSPENDED
     t.pid = t.ttl = t.expires_at = t.retry_at = None
     t.resumes = []
-    rows.update(t, _LEASE_FIELDS)
+    t.release_count = 0
+    rows.update(t, [*_LEASE_FIELDS, "release_count"])
 
 
 def halt(t: Task) -> None:
@@ -112,10 +178,16 @@ def halt(t: Task) -> None:
 
 
 def extend_lease(t: Task, now: int) -> None:
+    """A heartbeat: the holder is running the task, which is progress (the release count
+    restarts)."""
     assert t.ttl is not None
     expires_at = later(now, t.ttl)
     t.expires_at = expires_at
-    rows.update(t, ["expires_at"])
+    if t.release_count:
+        t.release_count = 0
+        rows.update(t, ["expires_at", "release_count"])
+    else:
+        rows.update(t, ["expires_at"])
     wake.deadline(expires_at, now)
 
 
@@ -130,7 +202,8 @@ def resume(t: Task, p: Promise, awaited_id: str, now: int, fx: Effects) -> None:
         t.state = TaskState.PENDING
         t.resumes = [awaited_id]
         t.retry_at = now
-        rows.update(t, ["state", "resumes", "retry_at"])
+        t.release_count = 0  # resumed: progress
+        rows.update(t, ["state", "resumes", "retry_at", "release_count"])
         fx.became_pending(t, p)
     elif state != TaskState.FULFILLED and awaited_id not in t.resumes:
         # pending, acquired or halted: something already drives the task; record the resume.

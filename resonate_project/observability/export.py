@@ -43,8 +43,9 @@ TRANSPORTS = {"sse": Q(poll_route__isnull=False), "push": PUSH_Q}
 
 
 def outbox_gauges(now: int) -> list[Metric]:
-    """Messages waiting (not dead) and how long the oldest due one has been due, by transport;
-    dead letters (the ``outbox_dead`` partial index)."""
+    """Messages waiting (not dead, not undeliverable) and how long the oldest due one has been
+    due, by transport; dead letters and undeliverable messages (the ``outbox_dead`` partial
+    index)."""
     waiting = GaugeMetricFamily(
         "resonate_outbox_messages", "Outbox messages waiting (not dead)", labels=["transport"]
     )
@@ -60,8 +61,14 @@ def outbox_gauges(now: int) -> list[Metric]:
         due = rows.filter(next_attempt_at__lte=now).aggregate(m=Min("next_attempt_at"))["m"]
         oldest.add_metric([transport], 0 if due is None else (now - due) / 1000)
     dead = GaugeMetricFamily("resonate_dead_letters", "Outbox messages dead-lettered")
-    dead.add_metric([], Message.objects.filter(dead_at__isnull=False).count())
-    return [waiting, oldest, dead]
+    aside = Message.objects.filter(dead_at__isnull=False)
+    dead.add_metric([], aside.filter(undeliverable_at__isnull=True).count())
+    undeliverable = GaugeMetricFamily(
+        "resonate_outbox_undeliverable_messages",
+        "Unicast poll messages set aside: their stream stayed away UNDELIVERABLE_AFTER_MS",
+    )
+    undeliverable.add_metric([], aside.filter(undeliverable_at__isnull=False).count())
+    return [waiting, oldest, dead, undeliverable]
 
 
 def _grouped(rows: Iterable[tuple[str, int]]) -> dict[str, int]:

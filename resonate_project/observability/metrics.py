@@ -51,6 +51,18 @@ REDELIVERIES = Counter(
     "Messages due again after a try: SSE frames given back, push attempts to retry",
     ["transport"],
 )
+STALE_SKIPPED = Counter(
+    "resonate_outbox_stale_skipped",
+    "Outbox messages removed instead of sent because they could no longer be acted on "
+    "(an execute whose task is no longer pending at its version)",
+    ["kind"],
+)
+UNDELIVERABLE = Counter(
+    "resonate_outbox_undeliverable",
+    "Unicast poll messages set aside as undeliverable (no stream for UNDELIVERABLE_AFTER_MS), "
+    "and taken back when their stream connected",
+    ["event"],
+)
 STEP_ROWS = Counter("resonate_step_rows", "Rows handled by internal steps", ["step"])
 STEP_SECONDS = Histogram(
     "resonate_step_duration_seconds", "Internal step runs (one transaction each)", ["step"]
@@ -122,6 +134,17 @@ def record_deliveries(transport: str, delivered: int = 0, failed: int = 0) -> No
 def record_redeliveries(transport: str, n: int) -> None:
     if n and resonate_settings().METRICS:
         REDELIVERIES.labels(transport).inc(n)
+
+
+def record_stale_skipped(kind: str, n: int) -> None:
+    if n and resonate_settings().METRICS:
+        STALE_SKIPPED.labels(kind).inc(n)
+
+
+def record_undeliverable(event: str, n: int) -> None:
+    """``event``: "set_aside" or "revived"."""
+    if n and resonate_settings().METRICS:
+        UNDELIVERABLE.labels(event).inc(n)
 
 
 def record_schedule_promise() -> None:

@@ -46,6 +46,7 @@ urlpatterns = [
     path("django-tasks/<path:id>", djtasks.JobDetail.as_view(), name="django-task"),
     *both("outbox", outbox.OutboxList, "outbox"),
     *both("outbox/<path:key>/resend", outbox.OutboxResend, "outbox-resend"),
+    *both("outbox/<path:key>/purge", outbox.OutboxPurge, "outbox-purge"),
     path("schema/", SchemaView.as_view(), name="schema"),
     path("docs/", SwaggerView.as_view(), name="docs"),
     path("docs/assets/<str:name>", swagger_asset, name="swagger-asset"),

@@ -40,6 +40,7 @@ from schedules import services as schedules
 from schedules.models import Schedule
 from tasks_app import services as tasks
 from tasks_app.models import Task
+from tasks_app.selectors import release_fields, task_release_fields
 
 
 def errors(*codes: int) -> dict[int, OpenApiResponse]:
@@ -178,7 +179,7 @@ class TaskList(ResourceView):
         responses={200: TaskRecordSerializer(many=True), **errors(400, 401, 403)},
     )
     def get(self, request: Request) -> Response:
-        return self.page(lambda t: task_record(t, t.promise, self.now))
+        return self.page(lambda t: {**task_record(t, t.promise, self.now), **release_fields(t)})
 
 
 class TaskDetail(ResourceView):
@@ -190,7 +191,7 @@ class TaskDetail(ResourceView):
     )
     def get(self, request: Request, id: str) -> Response:
         self.allow(id)
-        return Response(tasks.task_get(id=id, now=self.now))
+        return Response({**tasks.task_get(id=id, now=self.now), **task_release_fields(id)})
 
 
 class TaskAction(ResourceView):
@@ -202,7 +203,7 @@ class TaskAction(ResourceView):
     def post(self, request: Request, id: str) -> Response:
         self.allow(id)
         type(self).action(id=id, now=self.now)
-        return Response(tasks.task_get(id=id, now=self.now))
+        return Response({**tasks.task_get(id=id, now=self.now), **task_release_fields(id)})
 
 
 ACTION_RESPONSES = {200: TaskRecordSerializer, **errors(400, 401, 403, 404, 409)}
