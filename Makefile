@@ -80,7 +80,7 @@ test-system: setup services
 
 test: lint typecheck docs test-sqlite test-postgres test-system test-install
 
-# README "Embedding"'s pip lines in fresh virtualenvs, everywhere the README claims them: Python
+# docs/how-to/embedding.md#install's pip lines in fresh virtualenvs, everywhere the page claims them: Python
 # 3.12 and 3.13 with their bundled pip, Django 6.0 and 6.1, SQLite and PostgreSQL, a database
 # migrated under one Django and served under the other (tests/embedding/test_install.py): seven
 # fresh virtualenvs from the package index, ~2 min on 2 cores; part of `make test`.

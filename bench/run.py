@@ -420,7 +420,7 @@ def per_thousand(cpu: float, requests: int) -> float:
 
 # Envelope threads per web process tried by the grid: the default on PostgreSQL (2) suits
 # one-statement requests (create+settle); the task cycle, which waits on the database longer per
-# request, has done better with 3 (README, ``WEB_THREADS``).
+# request, has done better with 3 (docs/reference/settings.md#web_threads).
 WEB_THREADS = (2, 3)
 
 
@@ -550,7 +550,8 @@ def floor_run(
 
 
 def embedded(db: Database, seconds: int, conns: list[int], repeats: int) -> dict[str, Any]:
-    """``make run``: the embedded server on a fresh SQLite file per run (the README's default)."""
+    """``make run``: the embedded server on a fresh SQLite file per run
+    (docs/tutorial.md#1-start-the-server)."""
 
     def one(n: int, label: str) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="resonate-embedded-") as tmp:

@@ -1,4 +1,4 @@
-"""Whether ``manage.py serve`` may listen on an address (README "Production").
+"""Whether ``manage.py serve`` may listen on an address (docs/how-to/production.md#deployment).
 
 Loopback is the development default and needs nothing. Any other address is reachable by someone
 else, so it needs a real ``SECRET_KEY`` (the admin's sessions are signed with it) and an explicit

@@ -19,7 +19,7 @@ the due set until its stream connects (:func:`revive`) or an operator re-sends i
 
 A row that cannot be read back (a corrupt value that no longer decodes, say) is dead-lettered by
 the claim that meets it, with the error, and the claim goes on with the other rows: one bad row
-never holds up a drainer's batch (README "Delivery").
+never holds up a drainer's batch (docs/explanation/delivery.md#poison-rows-and-streams).
 """
 
 from __future__ import annotations

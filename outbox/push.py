@@ -1,5 +1,5 @@
 """HTTP push: POST each message for an ``http://``/``https://`` address as JSON, only where the
-push policy lets it go (README "Delivery").
+push policy lets it go (docs/how-to/push.md, docs/explanation/security.md#http-push).
 
 Requests go out on one asyncio event loop per process (a daemon thread) through one aiohttp
 session per configuration, over kept-alive connections. (Measured here: aiohttp sends ~8,800

@@ -57,7 +57,7 @@ def check_resonate_settings(app_configs: Any, **kwargs: Any) -> list[Error]:
 
 @register()
 def check_push_settings(app_configs: Any, **kwargs: Any) -> list[Error]:
-    """Where HTTP push may go and what it may carry (README "Delivery")."""
+    """Where HTTP push may go and what it may carry (docs/how-to/push.md#reach-your-own-network)."""
     errors = []
     if "RESONATE_PUSH_BEARER_TOKEN" in os.environ:
         errors.append(

@@ -79,7 +79,7 @@ def create(req: PromiseCreateReq, now: int, fx: Effects, locked: Promise | None 
     """P-02 inside a caller's transaction (also the inner handler of ``task.fence``).
 
     The spec refuses a timer that is also targeted (400); the Python SDK's ``ctx.sleep`` sends
-    exactly that, so it is accepted with timer semantics (README, deviations).
+    exactly that, so it is accepted with timer semantics (docs/reference/deviations.md).
     """
     check_target("tags", req.tags)
     if locked is not None:  # the caller (task.fence) holds it already

@@ -180,7 +180,7 @@ def decoded_data(data: str) -> SafeString:
 
 
 # ``site`` is the name of the AdminSite the page belongs to, so links stay on a host's own site
-# (README "Embedding"); None is the default site.
+# (docs/how-to/embedding.md#settings-urls-and-asgi); None is the default site.
 
 
 def change_url(obj: Model, site: str | None = None) -> str:

@@ -138,7 +138,8 @@ async def answer(body: bytes, authorization: str | None = None) -> tuple[int, by
     Plain promise births and settlements are answered on the event loop (``engine.aio``); every
     other handler runs on the envelope's threads (``Handlers``) with the request's context
     variables (as ``sync_to_async`` would carry them): asgiref's wrapper, built anew per request,
-    was a sixth of a create+settle request's server CPU (docs/benchmarks.md, hot-path levers)."""
+    was a sixth of a create+settle request's server CPU
+    (docs/explanation/benchmark-history.md#hot-path-levers-issue-15-measured-2026-12-01)."""
     clock, token = now_ms(), bearer(authorization)
     threads = web_threads()
     if threads == 0:

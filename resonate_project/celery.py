@@ -25,7 +25,7 @@ def _tracing(**kwargs: Any) -> None:
 @worker_ready.connect
 def _metrics_exporter(sender: Any, **kwargs: Any) -> None:
     # METRICS_PORT in a worker: the prefork children's metrics reach it through
-    # PROMETHEUS_MULTIPROC_DIR (docs/observability.md).
+    # PROMETHEUS_MULTIPROC_DIR (docs/how-to/observability.md#several-processes).
     from resonate_project.observability.export import start_exporter
 
     start_exporter()

@@ -29,8 +29,9 @@ def _env_list(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
 
 
-# Deployment safety (README "Production"). The fixed key is for development on loopback: `serve`
-# refuses a non-loopback address with it, and `check --deploy` flags it (security.W009).
+# Deployment safety (docs/how-to/production.md#deployment). The fixed key is for development on
+# loopback: `serve` refuses a non-loopback address with it, and `check --deploy` flags it
+# (security.W009).
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "django-resonate-insecure-development-key"
 DEBUG = _env_bool("DJANGO_DEBUG")
 # Loopback names unless set: the SDKs and the test suites call 127.0.0.1 or localhost (Django's
@@ -57,7 +58,8 @@ SECURE_PROXY_SSL_HEADER = (
 )
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin less django-celery-beat's models (the metronome's rows, not schedules).
+    "resonate_project.standalone_admin.StandaloneAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -166,7 +168,7 @@ CELERY_TIMEZONE = "UTC"
 # The tasks carry no data (a tick, a drain: the database is the source of truth), so a message
 # lost with a dying worker costs one interval. Without Redis ack emulation kombu has no unacked
 # hash to restore when the connection drops; with it, a Redis restart could make kombu's restore
-# raise and the worker exit for good (docs/reliability.md, finding 5).
+# raise and the worker exit for good (docs/explanation/reliability.md, finding 5).
 CELERY_BROKER_TRANSPORT_OPTIONS = {"ack_emulation": False}
 # Installs the metronome (resonate.tick, resonate.drain) as PeriodicTask rows; see outbox/beat.py.
 CELERY_BEAT_SCHEDULER = "outbox.beat:MetronomeScheduler"
@@ -182,8 +184,9 @@ RESONATE = {
     "CELERY_APP": "resonate_project.celery.app",
 }
 
-# Django's Tasks framework on durable promises (README "Django Tasks backend"); run the calls with
-# `manage.py resonate worker`. Any queue name; OPTIONS as JSON in DJANGO_TASKS_OPTIONS.
+# Django's Tasks framework on durable promises (docs/how-to/django-tasks.md#configure-the-backend);
+# run the calls with `manage.py resonate worker`. Any queue name; OPTIONS as JSON in
+# DJANGO_TASKS_OPTIONS.
 TASKS = {
     "default": {
         "BACKEND": "tasks_app.backends.ResonateBackend",
@@ -193,7 +196,7 @@ TASKS = {
 }
 
 # LOG_FORMAT=json: one JSON object per line, plus one line per envelope request
-# (docs/observability.md, "Logs"); plain text otherwise.
+# (docs/how-to/observability.md#logs); plain text otherwise.
 LOG_FORMAT = "json" if os.environ.get("LOG_FORMAT", "").strip().lower() == "json" else "text"
 LOGGING = {
     "version": 1,

@@ -1,4 +1,4 @@
-"""Django's Tasks framework on durable promises (README "Django Tasks backend").
+"""Django's Tasks framework on durable promises (docs/how-to/django-tasks.md#how-it-maps).
 
 ``TASKS = {"default": {"BACKEND": "tasks_app.backends.ResonateBackend", ...}}``. ``enqueue``
 writes, inside the caller's transaction, a promise whose id is the result id and whose param is

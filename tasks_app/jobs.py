@@ -1,6 +1,6 @@
-"""Calls enqueued through Django's Tasks framework, on durable promises (README "Django Tasks
-backend"): enqueue, claim, the outcome of an attempt, cancel and re-run, and the view
-``TaskResult`` is built from. Keyword-only, ``now`` (ms) passed in.
+"""Calls enqueued through Django's Tasks framework, on durable promises
+(docs/how-to/django-tasks.md): enqueue, claim, the outcome of an attempt, cancel and re-run, and
+the view ``TaskResult`` is built from. Keyword-only, ``now`` (ms) passed in.
 
 Every protocol change goes through the typed services (``promises.services``,
 ``tasks_app.services``), so the fences, the coupled promise/task writes and the outbox stay in

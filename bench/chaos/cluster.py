@@ -2,9 +2,10 @@
 
 PostgreSQL is a cluster of our own (``initdb`` into a temporary directory, run as ``postgres`` when
 we are root) and Redis a server of our own, each on a free loopback port: restarting them never
-disturbs the machine's shared services. The server processes are started as the README's
-"Production" section says (``serve --no-embedded``, ``celery -A resonate_project worker``,
-``celery -A resonate_project beat``), with the environment of its settings table.
+disturbs the machine's shared services. The server processes are started as
+docs/how-to/production.md#processes says (``serve --no-embedded``,
+``celery -A resonate_project worker``, ``celery -A resonate_project beat``), with the environment
+of its settings table.
 """
 
 from __future__ import annotations
@@ -250,7 +251,8 @@ def server_env(database_url: str, broker_url: str) -> dict[str, str]:
             "DATABASE_URL": database_url,
             "CELERY_BROKER_URL": broker_url,
             "DJANGO_SETTINGS_MODULE": "resonate_project.settings",
-            # README "Production": auth required (a service credential, created after migrate).
+            # docs/how-to/production.md#deployment: auth required (a service credential, created
+            # after migrate).
             "RESONATE_AUTH": "required",
             "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
             # The push receivers listen on loopback, which push refuses unless allowed.

@@ -62,8 +62,8 @@ class ResonateSettings:
     # Put into the head of every execute message as serverUrl.
     SERVER_URL: str = ""
     # How often every internal step runs at the latest (beat in production, a thread in the
-    # embedded server); a deadline sooner than the next tick wakes the runner for it (README
-    # "Time").
+    # embedded server); a deadline sooner than the next tick wakes the runner for it
+    # (docs/explanation/time-and-steps.md#who-keeps-time).
     TICK_INTERVAL_MS: int = 1000
     # Outbox delivery (see outbox/). Messages claimed per drain transaction.
     DRAIN_BATCH: int = 100
@@ -90,7 +90,7 @@ class ResonateSettings:
     # i.e. the host's own (the standalone server names resonate_project.celery.app).
     CELERY_APP: str = ""
 
-    # --- the trust boundary (README "Security") ---------------------------------------------------
+    # --- the trust boundary (docs/explanation/security.md) --------------------------------------
     # Authentication on POST /, /poll/ and /api/: "required" or "off". Unset ("") behaves as off
     # but refuses to serve on a non-loopback address (RESONATE_AUTH=off is the explicit opt-out).
     AUTH: str = ""
@@ -143,7 +143,7 @@ class ResonateSettings:
     # reconnects: resonate-sdk 0.8.1 reads its stream under aiohttp's default 300 s total timeout
     # and does not survive it, so a stream older than that leaves a worker deaf. 0: no limit.
     SSE_MAX_AGE_MS: int = 240_000
-    # --- observability (docs/observability.md) ---------------------------------------------------
+    # --- observability (docs/how-to/observability.md) -------------------------------------------
     # Prometheus metrics: collected unless off; also served on their own port when METRICS_PORT
     # is set (like the reference server's :9090), besides /metrics on the web port.
     METRICS: bool = True

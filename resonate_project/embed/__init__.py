@@ -1,4 +1,4 @@
-"""Embedding the apps in an existing Django site (README "Embedding").
+"""Embedding the apps in an existing Django site (docs/how-to/embedding.md).
 
 ``RESONATE_APPS`` is what a host adds to ``INSTALLED_APPS``; ``resonate_project.embed.urls``
 mounts the protocol and the resource API under a prefix; ``resonate_project.embed.asgi.wrap``

@@ -1,5 +1,5 @@
 """System checks for a site that runs the apps (the standalone server or a host): the
-configuration mistakes that otherwise show up as lost work or 500s (README "Embedding")."""
+configuration mistakes that otherwise show up as lost work or 500s (docs/how-to/embedding.md)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def check_runner(app_configs: Any, **kwargs: Any) -> list[Error]:
             hint="in asgi.py: application = resonate_project.embed.asgi.wrap("
             "get_asgi_application()), and ASGI_APPLICATION naming it; or set "
             "CELERY_BROKER_URL and run a Celery worker and beat with "
-            "CELERY_BEAT_SCHEDULER = 'outbox.beat:MetronomeScheduler' (README \"Embedding\").",
+            "CELERY_BEAT_SCHEDULER = 'outbox.beat:MetronomeScheduler' "
+            "(docs/how-to/embedding.md#with-celery).",
             id="resonate.E031",
         )
     ]
@@ -90,7 +91,8 @@ def check_sse_needs_asgi(app_configs: Any, **kwargs: Any) -> list[Error]:
             "Resonate's SSE routes (poll/<group>/<id>) are mounted but the site is served by "
             "WSGI only (WSGI_APPLICATION set, ASGI_APPLICATION unset): streams deliver nothing",
             hint="serve the site with an ASGI server (uvicorn yoursite.asgi:application) and set "
-            'ASGI_APPLICATION = "yoursite.asgi.application" (README "Embedding").',
+            'ASGI_APPLICATION = "yoursite.asgi.application" '
+            "(docs/how-to/embedding.md#settings-urls-and-asgi).",
             id="resonate.E032",
         )
     ]

@@ -68,7 +68,7 @@ class Connections:
 
     Not psycopg's ``AsyncConnectionPool``: its hand-out (a waiting-client object, a condition and
     a timeout per request, and the return path's checks) cost as much server CPU per request as
-    the thread hand-off this path removes (measured, docs/benchmarks.md)."""
+    the thread hand-off this path removes (measured: docs/explanation/benchmark-history.md)."""
 
     def __init__(self, size: int) -> None:
         self.idle: asyncio.Queue[psycopg.AsyncConnection[Any] | None] = asyncio.Queue()

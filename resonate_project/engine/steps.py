@@ -5,12 +5,13 @@ Each step is ``(now, limit) -> count``: one unit of work claiming at most ``limi
 ``SKIP LOCKED`` (so concurrent sweepers never process the same row), re-checking every guard ("an
 armed timer means not before").
 
-One row never stops the others (README "Delivery"): when a step's batch raises for anything but
-the database being unavailable, the runner goes through that batch again one row per
-transaction, and a row that raises on its own is *set aside* (an ``outbox.Quarantine`` entry,
-logged, shown in the admin with its error) while the others, and the steps after it, run. A step
-skips its set-aside rows while their due time is unchanged (as does ``due_heads``, so the runner
-does not wake for them); deleting the entry, or a new due time, lets the step try the row again.
+One row never stops the others (docs/explanation/time-and-steps.md#poison-rows): when a step's
+batch raises for anything but the database being unavailable, the runner goes through that batch
+again one row per transaction, and a row that raises on its own is *set aside* (an
+``outbox.Quarantine`` entry, logged, shown in the admin with its error) while the others, and the
+steps after it, run. A step skips its set-aside rows while their due time is unchanged (as does
+``due_heads``, so the runner does not wake for them); deleting the entry, or a new due time, lets
+the step try the row again.
 """
 
 from __future__ import annotations

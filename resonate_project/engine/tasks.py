@@ -128,7 +128,7 @@ def release_backoff_ms(releases: int) -> int:
 def release(t: Task, p: Promise, now: int, fx: Effects) -> None:
     """T-08: back to pending, recorded (release count, when), and due after the back-off for a
     task that keeps being released without progress (a deviation: the spec redispatches at once;
-    README "Deviations"). A task claimed from the database keeps its own retry policy."""
+    docs/reference/deviations.md). A task claimed from the database keeps its own retry policy."""
     t.release_count += 1
     t.last_release_at = now
     delay = 0 if is_claimed_from_database(p.target) else release_backoff_ms(t.release_count)

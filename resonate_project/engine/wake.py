@@ -115,7 +115,8 @@ def redis_url() -> str:
 
 
 def channel() -> str:
-    """The Redis channel: ``NOTIFY_CHANNEL``, else one per database (README "Settings")."""
+    """The Redis channel: ``NOTIFY_CHANNEL``, else one per database
+    (docs/reference/settings.md#notify_channel)."""
     name = resonate_settings().NOTIFY_CHANNEL
     return name or f"resonate:outbox:{settings.DATABASES[DEFAULT_DB_ALIAS]['NAME']}"
 

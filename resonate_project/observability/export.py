@@ -1,5 +1,5 @@
 """Serving the metrics: ``GET /metrics`` on the web port, the optional ``METRICS_PORT`` listener,
-and the gauges read from the database at scrape time (docs/observability.md).
+and the gauges read from the database at scrape time (docs/how-to/observability.md#metrics).
 
 What the database knows is counted by cheap queries, at most once per ``OUTBOX_TTL_MS`` (outbox
 backlog, oldest due message, dead letters: index-backed on a table that is a queue) and per

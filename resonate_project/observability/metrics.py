@@ -1,4 +1,5 @@
-"""Prometheus instruments, recorded where things happen (docs/observability.md lists every series).
+"""Prometheus instruments, recorded where things happen (docs/reference/metrics.md lists every
+series, docs/how-to/observability.md#metrics says how to read them).
 
 This module is core-level: it imports nothing but ``prometheus_client`` and the settings, so the
 engine (outbox upserts, steps, drains) may record into it. What the database knows (backlog,

@@ -45,7 +45,8 @@ class Command(BaseCommand):
 
     def _metrics(self, workers: int) -> None:
         # This process supervises the workers: with PROMETHEUS_MULTIPROC_DIR its listener serves
-        # them all; without it, only one process's metrics can be seen (docs/observability.md).
+        # them all; without it, only one process's metrics can be seen
+        # (docs/how-to/observability.md#several-processes).
         from resonate_project.observability import export, metrics
 
         if workers > 1 and not metrics.MULTIPROCESS and resonate_settings().METRICS:
