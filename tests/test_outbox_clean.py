@@ -278,6 +278,19 @@ def test_an_execute_of_a_task_still_pending_at_its_version_is_always_sent(api):
     assert [json.loads(item.body)["data"]["task"]["version"] for item in sent] == [1]
 
 
+def test_the_cleanup_step_deletes_stale_executes_nobody_would_claim(api):
+    """Addressed to a group no worker streams from, a stale execute would stay due forever: the
+    step deletes it; the execute of a task still pending at its version stays, however old."""
+    for tid in ("acquired", "pending", "settled"):
+        targeted(api, tid, target="poll://any@nobody")
+    acquire(api, "acquired", 0, 2_000)
+    ok(api("promise.settle", now=2_000, id="settled", state="resolved", value={}))
+    before = counter("resonate_outbox_stale_skipped_total", kind="execute")
+    assert steps.run_due(10**9, 100, [steps.outbox_cleanup]) == 2
+    assert list(Message.objects.values_list("key", flat=True)) == ["pending"]
+    assert counter("resonate_outbox_stale_skipped_total", kind="execute") == before + 2
+
+
 # --- 2. undeliverable unicast -----------------------------------------------------------------
 
 
@@ -291,12 +304,12 @@ def test_a_unicast_message_nobody_can_receive_leaves_the_due_set_after_the_windo
     uni = unblock("poll://uni@default/gone", "p1")
     unblock("poll://any@default", "p2")
     unblock("http://receiver.example/hook", "p3")
-    assert steps.outbox_undeliverable(WINDOW - 1, 100) == 0  # not yet
+    assert steps.outbox_cleanup(WINDOW - 1, 100) == 0  # not yet
     before = gauges(WINDOW + 5_000)
     assert before[("resonate_outbox_messages", ("sse",))] == 2
     assert before[("resonate_outbox_oldest_due_seconds", ("sse",))] == WINDOW / 1000 + 5
 
-    assert steps.run_due(WINDOW, 100, [steps.outbox_undeliverable]) == 1
+    assert steps.run_due(WINDOW, 100, [steps.outbox_cleanup]) == 1
     m = Message.objects.get(key=uni.key)
     assert (m.undeliverable_at, m.dead_at) == (WINDOW, WINDOW)
     assert "no stream" in m.last_error
@@ -317,21 +330,21 @@ def test_a_stream_connected_anywhere_keeps_its_messages_due(db):
     Subscriber.objects.create(
         group="default", stream_id="alive", process="other:1:x", seen_at=WINDOW * 2 - 1_000
     )
-    assert steps.outbox_undeliverable(WINDOW * 2, 100) == 0
+    assert steps.outbox_cleanup(WINDOW * 2, 100) == 0
     # Its process died: the registration goes stale, and then the message is set aside.
-    assert steps.outbox_undeliverable(WINDOW * 2 + 10_000, 100) == 1
+    assert steps.outbox_cleanup(WINDOW * 2 + 10_000, 100) == 1
 
 
 @override_settings(RESONATE={"UNDELIVERABLE_AFTER_MS": 0})
 def test_a_window_of_0_keeps_unicast_messages_due_forever(db):
     unblock("poll://uni@default/gone")
-    assert steps.outbox_undeliverable(10**12, 100) == 0
+    assert steps.outbox_cleanup(10**12, 100) == 0
 
 
 @override_settings(RESONATE={"UNDELIVERABLE_AFTER_MS": WINDOW})
 def test_an_undeliverable_message_is_delivered_when_its_stream_connects_again(db):
     m = unblock("poll://uni@default/w1")
-    steps.outbox_undeliverable(WINDOW, 100)
+    steps.outbox_cleanup(WINDOW, 100)
     now = WINDOW * 10
     hub = Hub(clock=lambda: now, autostart=False)
     revived = counter("resonate_outbox_undeliverable_total", event="revived")
@@ -351,11 +364,11 @@ def test_an_undeliverable_message_is_delivered_when_its_stream_connects_again(db
 @override_settings(RESONATE={"UNDELIVERABLE_AFTER_MS": WINDOW})
 def test_a_newer_message_for_the_same_key_or_a_resend_makes_it_due_again(db):
     m = unblock("poll://uni@default/w1")
-    steps.outbox_undeliverable(WINDOW, 100)
+    steps.outbox_cleanup(WINDOW, 100)
     resend(key=m.key, now=WINDOW + 1)
     row = Message.objects.get(key=m.key)
     assert (row.undeliverable_at, row.dead_at, row.next_attempt_at) == (None, None, WINDOW + 1)
-    steps.outbox_undeliverable(WINDOW * 3, 100)
+    steps.outbox_cleanup(WINDOW * 3, 100)
     unblock("poll://uni@default/w1", now=WINDOW * 3 + 1)  # the keyed upsert
     row = Message.objects.get(key=m.key)
     assert (row.undeliverable_at, row.dead_at) == (None, None)
@@ -365,7 +378,7 @@ def test_a_newer_message_for_the_same_key_or_a_resend_makes_it_due_again(db):
 def test_purge_takes_dead_letters_and_undeliverable_messages_only(db):
     gone = unblock("poll://uni@default/gone", "p1")
     live = unblock("poll://any@default", "p2")
-    steps.outbox_undeliverable(WINDOW, 100)
+    steps.outbox_cleanup(WINDOW, 100)
     with pytest.raises(Conflict):
         purge(key=live.key)
     assert purge(key=gone.key).key == gone.key
@@ -377,7 +390,7 @@ def test_the_resource_api_lists_resends_and_purges_undeliverable_messages(db, cl
     gone = unblock("poll://uni@default/gone", "p1")
     other = unblock("poll://uni@default/gone", "p2")
     live = unblock("poll://any@default", "p3")
-    steps.outbox_undeliverable(WINDOW, 100)
+    steps.outbox_cleanup(WINDOW, 100)
 
     def keys(**params: str) -> list[str]:
         res = client.get("/api/outbox", params)
@@ -408,7 +421,7 @@ def test_the_resource_api_lists_resends_and_purges_undeliverable_messages(db, cl
 def test_the_admin_filters_and_purges_undeliverable_messages(db):
     gone = unblock("poll://uni@default/gone", "p1")
     live = unblock("poll://any@default", "p2")
-    steps.outbox_undeliverable(WINDOW, 100)
+    steps.outbox_cleanup(WINDOW, 100)
     user = User.objects.create_user("op", password="pw", is_staff=True)
     ct = ContentType.objects.get_for_model(Message)
     user.user_permissions.set(

@@ -6,7 +6,8 @@ resets the delivery bookkeeping (a dead letter or an undeliverable message repla
 live again), and asks for a drain once the transaction commits.
 
 :func:`set_aside_undeliverable` is the sweep that takes unicast poll messages nobody can receive
-out of the due set (``UNDELIVERABLE_AFTER_MS``).
+out of the due set (``UNDELIVERABLE_AFTER_MS``), and :func:`drop_stale_executes` the one that
+deletes executes no worker could act on.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from django.db.models import Exists, F, OuterRef, TextField, Value
 from django.db.models.functions import Concat
 
 from outbox.models import Message, Subscriber
+from promises.models import PromiseState
 from resonate_project.core.addresses import is_push, poll_route
 from resonate_project.core.conf import resonate_settings
 from resonate_project.engine import wake
 from resonate_project.observability import metrics
+from tasks_app.models import Task, TaskState
 
 _TABLE = Message._meta.db_table
 _SQL = """
@@ -111,4 +114,38 @@ def set_aside_undeliverable(now: int, limit: int) -> int:
             revision=F("revision") + 1,
         )
     metrics.record_undeliverable("set_aside", n)
+    return n
+
+
+def drop_stale_executes(now: int, limit: int) -> int:
+    """Delete the due ``execute`` messages whose task is no longer pending at the message's
+    version (acquired or released past it, suspended, halted, fulfilled, or its promise settled
+    or past its deadline): no worker could acquire them, and one addressed to a group nobody
+    streams from would otherwise stay due forever. The claims skip them too
+    (``outbox.delivery``); this sweep finds those no claim meets. An execute of a task still
+    pending at that version is owed and stays. Returns how many."""
+    tasks = Task.objects.filter(pk=OuterRef("task_id"))
+    current = tasks.filter(
+        state=TaskState.PENDING,
+        version=OuterRef("version"),
+        promise__state=PromiseState.PENDING,
+        promise__timeout_at__gt=now,
+    )
+    with transaction.atomic():
+        keys = list(
+            Message.objects.select_for_update(skip_locked=True)
+            .filter(kind="execute", dead_at__isnull=True, next_attempt_at__lte=now)
+            .filter(Exists(tasks))  # a task that does not exist (debug.reset) is not judged
+            .exclude(Exists(current))
+            .order_by("next_attempt_at")
+            .values_list("key", flat=True)[:limit]
+        )
+        if not keys:
+            return 0
+        n, _ = (
+            Message.objects.filter(key__in=keys, kind="execute", next_attempt_at__lte=now)
+            .exclude(Exists(current))
+            .delete()
+        )
+    metrics.record_stale_skipped("execute", n)
     return n

@@ -180,13 +180,16 @@ def retry_dispatch(now: int, limit: int, only: Any = None) -> int:
     return len(due)
 
 
-def outbox_undeliverable(now: int, limit: int, only: Any = None) -> int:
-    """Not in the spec (delivery is the environment's there): unicast poll messages whose
-    stream has been away ``UNDELIVERABLE_AFTER_MS`` leave the due set
-    (``engine.outbox.set_aside_undeliverable``); every tick, no deadline of its own."""
+def outbox_cleanup(now: int, limit: int, only: Any = None) -> int:
+    """Not in the spec (delivery is the environment's there), every tick, no deadline of its
+    own: due executes no worker could act on are deleted (``engine.outbox.drop_stale_executes``)
+    and unicast poll messages whose stream has been away ``UNDELIVERABLE_AFTER_MS`` leave the
+    due set (``engine.outbox.set_aside_undeliverable``). Returns the larger count, so a full
+    batch of either runs the step again."""
     if only is not None:
         return 0
-    return outbox.set_aside_undeliverable(now, limit)
+    stale = outbox.drop_stale_executes(now, limit)
+    return max(stale, outbox.set_aside_undeliverable(now, limit))
 
 
 # Per step with a deadline: the table, its column, the partial index the step sweeps and the
@@ -294,7 +297,7 @@ STEPS: tuple[Step, ...] = (
     retry_dispatch,
     listener_drain,
     callback_drain,
-    outbox_undeliverable,
+    outbox_cleanup,
 )
 
 
