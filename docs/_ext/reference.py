@@ -146,8 +146,8 @@ def cell(text: str) -> str:
 
 
 def citation_link(cited: str, page: str) -> str:
-    """``docs/how-to/x.md#anchor`` as a link from ``page`` when the target exists (a broken link
-    would fail the strict build), else as code."""
+    """A ``docs/<page>.md#<anchor>`` citation as a link from ``page`` when the target exists (a
+    broken link would fail the strict build), else as code."""
     path, _, anchor = cited.partition("#")
     target = ROOT / path
     if not target.is_file() or (target.name in PAGES and target.parent.name == "reference"):
@@ -479,7 +479,7 @@ def settings_page() -> str:
     for s in resonate_settings():
         if s.section != section:
             section = s.section
-            # "the trust boundary (README "Security")": the title, and where the topic is told
+            # "the trust boundary (docs/explanation/security.md)": the title, and where it is told
             title, _, see = section.partition(" (")
             body += [f"## {title[:1].upper() + title[1:]}" if title else "## General", ""]
             if see:
