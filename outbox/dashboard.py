@@ -12,20 +12,22 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Case, CharField, Count, Max, Min, Model, Q, Sum, Value, When
-from django.db.models.functions import StrIndex, Substr
+from django.db.models import Case, CharField, Count, F, Max, Min, Model, Q, Sum, Value, When
+from django.db.models.functions import Coalesce, StrIndex, Substr
 from django.db.models.lookups import GreaterThan
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from outbox.models import PUSH_Q, Message, RequestMinute
+from outbox.hub import PROCESS, get_hub
+from outbox.models import PUSH_Q, Message, RequestMinute, Subscriber
 from outbox.traffic import MINUTE_MS
 from promises.models import Promise
-from promises.selectors import PROMISE_STATES, projected_state_q
+from promises.selectors import PROMISE_STATES, FunctionStats, function_stats, projected_state_q
 from resonate_project.adminkit import changelist_url, duration, request_now, state_badge
 from resonate_project.core.present import iso
+from resonate_project.engine.outbox import subscriber_fresh_after
 from schedules.models import Schedule
 from tasks_app.models import Task, TaskState
 from tasks_app.selectors import TASK_STATES, viewed_state_q
@@ -341,6 +343,239 @@ def requests_chart(minutes: list[Minute]) -> SafeString:
     )
 
 
+# --- functions, streams and workers ----------------------------------------------------------
+
+FUNCTIONS_SHOWN = 10
+# A worker counts as seen recently when it held, heartbeat or released a task, or had a stream,
+# within this long.
+WORKERS_WINDOW_MS = 10 * 60_000
+WORKERS_SHOWN = 50
+STREAMS_SHOWN = 100
+SPARK_BAR, SPARK_GAP, SPARK_HEIGHT = 4, 1, 36
+LATENCY_WIDTH, LATENCY_HEIGHT = 220, 30
+
+
+@dataclass(frozen=True)
+class FunctionRow:
+    stats: FunctionStats
+    url: str
+    failures_url: str
+    chart: SafeString
+    latency: SafeString
+
+    @property
+    def p50(self) -> str:
+        return "—" if self.stats.p50 is None else duration(self.stats.p50)
+
+    @property
+    def p95(self) -> str:
+        return "—" if self.stats.p95 is None else duration(self.stats.p95)
+
+
+def runs_chart(stats: FunctionStats) -> SafeString:
+    """Calls started per minute over the window, the failed part of each bar in red; inline SVG,
+    each bar's tooltip gives its numbers."""
+    top = max([m.runs for m in stats.minutes] + [1])
+    width = len(stats.minutes) * (SPARK_BAR + SPARK_GAP)
+    bars = []
+    for i, m in enumerate(stats.minutes):
+        x = i * (SPARK_BAR + SPARK_GAP)
+        h = round(m.runs * SPARK_HEIGHT / top) if m.runs else 0
+        failed = round(m.failures * SPARK_HEIGHT / top) if m.failures else 0
+        tip = f"{hhmm(m.start)} UTC: {m.runs} started, {m.failures} of them failed"
+        bars.append(
+            (
+                m.start,
+                m.runs,
+                m.failures,
+                tip,
+                x,
+                SPARK_BAR,
+                SPARK_HEIGHT,
+                x,
+                SPARK_HEIGHT - h,
+                SPARK_BAR,
+                max(h - failed, 0),
+                x,
+                SPARK_HEIGHT - failed,
+                SPARK_BAR,
+                failed,
+            )
+        )
+    body = format_html_join(
+        "",
+        '<g class="minute" data-minute="{}" data-runs="{}" data-failures="{}"><title>{}</title>'
+        '<rect x="{}" y="0" width="{}" height="{}" fill="transparent"/>'
+        '<rect x="{}" y="{}" width="{}" height="{}" fill="#79aec8"/>'
+        '<rect x="{}" y="{}" width="{}" height="{}" fill="#c62828"/></g>',
+        bars,
+    )
+    return format_html(
+        '<svg class="resonate-chart function-runs" xmlns="http://www.w3.org/2000/svg" '
+        'width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
+        'aria-label="{name}: calls started per minute, last hour">'
+        '<line x1="0" y1="{h}" x2="{w}" y2="{h}" stroke="#999"/>{body}</svg>',
+        w=width,
+        h=SPARK_HEIGHT,
+        name=stats.function,
+        body=body,
+    )
+
+
+def latency_chart(stats: FunctionStats, longest: int) -> SafeString:
+    """p50 and p95 as two bars on a scale shared by every function (the longest p95 is full
+    width)."""
+    scale = LATENCY_WIDTH / max(longest, 1)
+    rows = []
+    for i, (label, value, colour) in enumerate(
+        (("p50", stats.p50, "#417690"), ("p95", stats.p95, "#e0a100"))
+    ):
+        if value is None:
+            continue
+        y = i * (LATENCY_HEIGHT // 2)
+        w = max(1, round(value * scale))
+        rows.append((label, value, y, w, colour, label, duration(value)))
+    body = format_html_join(
+        "",
+        '<g class="{}" data-ms="{}"><rect x="0" y="{}" width="{}" height="12" fill="{}"/>'
+        "<title>{}: {}</title></g>",
+        rows,
+    )
+    return format_html(
+        '<svg class="resonate-chart function-latency" xmlns="http://www.w3.org/2000/svg" '
+        'width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
+        'aria-label="{name}: p50 and p95 duration, last hour">{body}</svg>',
+        w=LATENCY_WIDTH,
+        h=LATENCY_HEIGHT,
+        name=stats.function,
+        body=body,
+    )
+
+
+def function_rows(now: int) -> list[FunctionRow]:
+    stats = function_stats(now, WINDOW_MINUTES, FUNCTIONS_SHOWN)
+    longest = max([s.p95 or 0 for s in stats] + [1])
+    return [
+        FunctionRow(
+            s,
+            changelist_url(Promise, function=s.function),
+            changelist_url(Promise, function=s.function, state="rejected"),
+            runs_chart(s),
+            latency_chart(s, longest),
+        )
+        for s in stats
+    ]
+
+
+@dataclass(frozen=True)
+class StreamRow:
+    group: str
+    id: str
+    process: str
+    since: int | None
+    seen_at: int
+    in_flight: int
+    waiting: int
+
+    @property
+    def since_text(self) -> str:
+        return "—" if self.since is None else iso(self.since)
+
+
+def connected_streams(now: int) -> tuple[list[StreamRow], dict[str, tuple[int, int]]]:
+    """The SSE streams registered by a live web process (a ``Subscriber`` row refreshed lately),
+    with the messages leased to their own route (in flight: written, not yet confirmed) and due
+    for it; and per group, those addressed to the group as a whole. "Since" is known for the
+    streams this process holds (``manage.py serve`` is one process); others show when their
+    process last refreshed them."""
+    subscribers = list(
+        Subscriber.objects.filter(seen_at__gte=subscriber_fresh_after(now)).order_by(
+            "group", "stream_id"
+        )[:STREAMS_SHOWN]
+    )
+    routes = {f"{s.group}/{s.stream_id}" for s in subscribers} | {s.group for s in subscribers}
+    live = Q(dead_at__isnull=True)
+    counts = {
+        r["poll_route"]: (r["in_flight"], r["waiting"])
+        for r in Message.objects.filter(live, poll_route__in=routes)
+        .values("poll_route")
+        .annotate(
+            in_flight=Count("pk", filter=Q(next_attempt_at__gt=now, attempts__gt=0)),
+            waiting=Count("pk", filter=Q(next_attempt_at__lte=now)),
+        )
+        .order_by()
+    }
+    opened = get_hub().opened()
+    rows = []
+    for s in subscribers:
+        in_flight, waiting = counts.get(f"{s.group}/{s.stream_id}", (0, 0))
+        since = opened.get((s.group, s.stream_id)) if s.process == PROCESS else None
+        rows.append(
+            StreamRow(s.group, s.stream_id, s.process, since, s.seen_at, in_flight, waiting)
+        )
+    groups = {s.group: counts.get(s.group, (0, 0)) for s in subscribers}
+    return rows, groups
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    pid: str
+    last_seen: int
+    held: int
+    releases: int
+    connected: bool
+    url: str
+
+    @property
+    def last_seen_text(self) -> str:
+        return iso(self.last_seen)[:19]
+
+
+def recent_workers(now: int, streams: list[StreamRow]) -> list[WorkerRow]:
+    """Processes seen in the last ``WORKERS_WINDOW_MS``: holding a task (its last acquire or
+    heartbeat is the lease's start), having released one, or with a stream connected (an SDK's
+    stream id is its pid). Two grouped queries."""
+    since = now - WORKERS_WINDOW_MS
+    seen: dict[str, dict[str, Any]] = {}
+    held = (
+        Task.objects.filter(state=TaskState.ACQUIRED, pid__isnull=False)
+        .annotate(_start=F("expires_at") - Coalesce("ttl", 0))
+        .values("pid")
+        .annotate(n=Count("pk"), last=Max("_start"))
+        .order_by()
+    )
+    for r in held:
+        w = seen.setdefault(str(r["pid"]), {"last": 0, "held": 0, "releases": 0})
+        w["held"], w["last"] = r["n"], max(w["last"], r["last"] or 0)
+    released = (
+        Task.objects.filter(last_release_at__gte=since, last_pid__isnull=False)
+        .values("last_pid")
+        .annotate(n=Sum("release_count"), last=Max("last_release_at"))
+        .order_by()
+    )
+    for rel in released:
+        w = seen.setdefault(str(rel["last_pid"]), {"last": 0, "held": 0, "releases": 0})
+        w["releases"], w["last"] = rel["n"] or 0, max(w["last"], rel["last"] or 0)
+    connected = {s.id for s in streams}
+    for s in streams:
+        w = seen.setdefault(s.id, {"last": 0, "held": 0, "releases": 0})
+        w["last"] = max(w["last"], s.seen_at)
+    rows = [
+        WorkerRow(
+            pid,
+            w["last"],
+            w["held"],
+            w["releases"],
+            pid in connected,
+            changelist_url(Task, q=pid),
+        )
+        for pid, w in seen.items()
+        if w["last"] >= since or w["held"]
+    ]
+    rows.sort(key=lambda w: (-w.last_seen, w.pid))
+    return rows[:WORKERS_SHOWN]
+
+
 # --- the page -----------------------------------------------------------------------------------
 
 
@@ -381,4 +616,13 @@ def overview(request: HttpRequest) -> HttpResponse:
     if visible[Message]:
         context["backlog"], context["dead"] = outbox_backlog(now)
         context["failing"] = failing_destinations()
+    if visible[Promise]:
+        context["functions"] = function_rows(now)
+    if visible[Message] or visible[Task]:
+        streams, groups = connected_streams(now)
+        if visible[Message]:
+            context["streams"], context["stream_groups"] = streams, groups
+        if visible[Task]:
+            context["workers"] = recent_workers(now, streams)
+            context["workers_window"] = duration(WORKERS_WINDOW_MS)
     return TemplateResponse(request, "admin/resonate_overview.html", context)

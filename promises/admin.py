@@ -8,13 +8,26 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from promises import runs
 from promises.models import Callback, Listener, Promise
-from promises.selectors import PROMISE_STATES, children_of, filter_tags, projected_state_q
+from promises.runs import function_html
+from promises.selectors import (
+    PROMISE_STATES,
+    ROOT_Q,
+    children_of,
+    filter_tags,
+    projected_state_q,
+    root_of,
+)
 from promises.services import promise_settle
 from resonate_project.adminkit import (
     EMPTY,
@@ -22,6 +35,7 @@ from resonate_project.adminkit import (
     TREE_ANCESTORS,
     TREE_NODES,
     OperatorAdmin,
+    RangeFilter,
     Report,
     SettleForm,
     TargetGroupFilter,
@@ -99,6 +113,79 @@ class OverdueFilter(admin.SimpleListFilter):
         return queryset
 
 
+class CallTreeFilter(admin.SimpleListFilter):
+    """Roots (a run: no ``resonate:parent``, or itself) apart from the calls made inside one."""
+
+    title = "call tree"
+    parameter_name = "tree"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("root", "roots (runs)"), ("child", "children (calls inside a run)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        match self.value():
+            case "root":
+                return queryset.filter(ROOT_Q)
+            case "child":
+                return queryset.exclude(ROOT_Q)
+        return queryset
+
+
+class FunctionFilter(admin.SimpleListFilter):
+    """By the function the SDK named in the call's param (``core.calls``)."""
+
+    title = "function"
+    parameter_name = "function"
+    # A DISTINCT over the indexed column, bounded like the target groups.
+    max_functions = 1000
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = (
+            Promise.objects.filter(function__isnull=False)
+            .order_by("function")
+            .values_list("function", flat=True)
+            .distinct()[: self.max_functions]
+        )
+        return [(str(n), str(n)) for n in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        name = self.value()
+        return queryset if name is None else queryset.filter(function=name)
+
+
+class CreatedFilter(RangeFilter):
+    title = "created"
+    parameter = "created"
+
+    def bounds_q(self, low: int | None, high: int | None, request: HttpRequest) -> Q:
+        q = Q()
+        if low is not None:
+            q &= Q(created_at__gte=low)
+        if high is not None:
+            q &= Q(created_at__lte=high)
+        return q
+
+
+class SettledFilter(RangeFilter):
+    """Settled in the range as projected at the page's now: a pending promise past its deadline
+    counts as settled at its deadline."""
+
+    title = "settled"
+    parameter = "settled"
+
+    def bounds_q(self, low: int | None, high: int | None, request: HttpRequest) -> Q:
+        now = request_now(request)
+        overdue = Q(state="pending", timeout_at__lte=now)
+        stored, projected = Q(settled_at__isnull=False), overdue
+        if low is not None:
+            stored &= Q(settled_at__gte=low)
+            projected &= Q(timeout_at__gte=low)
+        if high is not None:
+            stored &= Q(settled_at__lte=high)
+            projected &= Q(timeout_at__lte=high)
+        return stored | projected
+
+
 def kind_of(p: Promise) -> str:
     if p.timer:
         return "timer"
@@ -108,22 +195,49 @@ def kind_of(p: Promise) -> str:
 @admin.register(Promise)
 class PromiseAdmin(OperatorAdmin[Promise]):
     act_permission = "promises.act_on_promise"
+    change_list_template = "admin/resonate/promise_change_list.html"
     list_display = (
         "id",
+        "function_column",
         "state_column",
         "kind_column",
         "target",
         "timeout_column",
         "created_column",
         "settled_column",
+        "run_column",
     )
-    list_filter = (ProjectedStateFilter, KindFilter, OverdueFilter, TargetGroupFilter)
+    list_filter = (
+        ProjectedStateFilter,
+        CallTreeFilter,
+        FunctionFilter,
+        CreatedFilter,
+        SettledFilter,
+        KindFilter,
+        OverdueFilter,
+        TargetGroupFilter,
+    )
     search_fields = ("id",)
-    search_help_text = "An id prefix, or a tag as key=value (resonate:schedule=nightly)."
+    search_help_text = (
+        "An id or function name prefix, or a tag as key=value (resonate:schedule=nightly)."
+    )
     ordering = ("-created_at",)
     actions = ("resolve_promises", "reject_promises", "cancel_promises")
     fieldsets = (
-        (None, {"fields": ("id", "state_view", "kind_view", "target", "task_view")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "function_view",
+                    "state_view",
+                    "kind_view",
+                    "target",
+                    "task_view",
+                    "run_view",
+                )
+            },
+        ),
         ("Times", {"fields": ("timeout_view", "created_view", "settled_view")}),
         ("Data", {"fields": ("param_view", "value_view", "tags_view")}),
         (
@@ -132,6 +246,8 @@ class PromiseAdmin(OperatorAdmin[Promise]):
         ),
     )
     readonly_fields = (
+        "function_view",
+        "run_view",
         "state_view",
         "kind_view",
         "task_view",
@@ -156,7 +272,59 @@ class PromiseAdmin(OperatorAdmin[Promise]):
             return filter_tags(queryset, "tags", {key.strip(): value.strip()}), False
         return super().get_search_results(request, queryset, term)
 
+    def search_q(self, term: str) -> Q:
+        return Q(pk__startswith=term) | Q(function__startswith=term)
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        run = path(
+            "<path:object_id>/run/",
+            self.admin_site.admin_view(self.run_page),
+            name="{}_{}_run".format(*info),
+        )
+        return [run, *super().get_urls()]
+
+    def run_url(self, p: Promise) -> str:
+        info = self.opts.app_label, self.opts.model_name
+        return reverse(
+            "admin:{}_{}_run".format(*info), args=[quote(p.pk)], current_app=self.admin_site.name
+        )
+
+    def run_page(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """A run from its root: the call tree as a timeline, its tasks, listeners and messages.
+        Opened on a promise inside a run, it shows the run from that run's root."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        p = self.get_object(request, unquote(object_id))
+        if p is None:
+            raise Http404(f"no promise {unquote(object_id)!r}")
+        root = root_of(p, TREE_ANCESTORS)
+        if root.pk != p.pk:
+            return HttpResponseRedirect(self.run_url(root))
+        now = request_now(request)
+        context = {
+            **self.admin_site.each_context(request),
+            **runs.run_context(root, now, self.admin_site.name),
+            "title": f"Run {root.id}",
+            "opts": self.opts,
+            "original": root,
+            "app_label": self.opts.app_label,
+            "has_view_permission": True,
+        }
+        return TemplateResponse(request, "admin/resonate/run.html", context)
+
     # --- columns ---
+
+    @admin.display(description="function", ordering="function")
+    def function_column(self, p: Promise) -> SafeString | str:
+        return function_html(p)
+
+    @admin.display(description="run")
+    def run_column(self, p: Promise) -> SafeString:
+        return format_html(
+            '<a class="resonate-run" href="{}" style="white-space:nowrap">timeline</a>',
+            self.run_url(p),
+        )
 
     @admin.display(description="state")
     def state_column(self, p: Promise) -> SafeString:
@@ -179,6 +347,17 @@ class PromiseAdmin(OperatorAdmin[Promise]):
         return cell(projected_state(p, seen_at(p))[1], seen_at(p))
 
     # --- detail ---
+
+    @admin.display(description="function")
+    def function_view(self, p: Promise) -> SafeString | str:
+        return function_html(p)
+
+    @admin.display(description="run")
+    def run_view(self, p: Promise) -> SafeString:
+        return format_html(
+            '<a class="resonate-run" href="{}">the run this promise belongs to, as a timeline</a>',
+            self.run_url(p),
+        )
 
     @admin.display(description="state")
     def state_view(self, p: Promise) -> SafeString:

@@ -37,6 +37,10 @@ class Promise(models.Model):
     timer = models.BooleanField(default=False)
     external = models.BooleanField(default=False)
     branch = models.TextField(null=True, blank=True)
+    # ``resonate:parent`` (the call tree) and the function the SDK named in the param
+    # (``core.calls``), for the console's run page, filters and per-function charts.
+    parent = models.TextField(null=True, blank=True)
+    function = models.TextField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -50,6 +54,14 @@ class Promise(models.Model):
                 fields=["branch"], name="promise_branch", condition=Q(branch__isnull=False)
             ),
             models.Index(fields=["state", "id"], name="promise_state_id"),
+            models.Index(
+                fields=["parent"], name="promise_parent", condition=Q(parent__isnull=False)
+            ),
+            models.Index(
+                fields=["function", "created_at"],
+                name="promise_function",
+                condition=Q(function__isnull=False),
+            ),
         ]
         permissions = [("act_on_promise", "Can settle promises from the admin")]
 

@@ -3,13 +3,18 @@ fire now / delete. See ``resonate_project/adminkit.py`` for the rules every cons
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from cron_descriptor import Options, get_description
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.models import DELETION
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
@@ -23,6 +28,7 @@ from resonate_project.adminkit import (
     changelist_url,
     decoded,
     duration,
+    encoded_value,
     plural,
     pretty_json,
     promise_state_html,
@@ -31,9 +37,18 @@ from resonate_project.adminkit import (
     when,
 )
 from resonate_project.core import cron
-from resonate_project.core.tags import SCHEDULE
+from resonate_project.core.clock import now_ms
+from resonate_project.core.errors import ProtocolError
+from resonate_project.core.present import decoded_text
+from resonate_project.core.tags import SCHEDULE, TARGET
 from schedules.models import Schedule
-from schedules.services import fire_now, schedule_delete
+from schedules.services import (
+    fire_now,
+    schedule_create,
+    schedule_delete,
+    schedule_preview,
+    schedule_replace,
+)
 
 UPCOMING = 5  # fire times shown on the detail page
 OCCURRENCES = 20  # newest occurrences shown on the detail page
@@ -61,6 +76,102 @@ def upcoming(s: Schedule, count: int) -> list[int]:
     return times
 
 
+# ProtocolError.field (the wire's name) → the form field it is about.
+FORM_FIELDS = {
+    "id": "id",
+    "cron": "cron",
+    "promiseId": "promise_id",
+    "promiseTimeout": "promise_timeout",
+    "promiseParam": "param",
+    "promiseTags": "tags",
+}
+
+
+class ScheduleForm(forms.ModelForm):
+    """Add or edit a schedule. Nothing is saved by the form: ``clean`` asks the schedule handlers'
+    own checks (``services.schedule_preview``) and keeps the next fire times it answers; the
+    admin then calls ``schedule_create`` or ``schedule_replace``."""
+
+    target = forms.CharField(
+        label="target",
+        initial="poll://any@default",
+        help_text="resonate:target of each occurrence: poll://any@<group> reaches the SDK "
+        "workers of that group, an http(s) URL a push endpoint.",
+    )
+    param = forms.CharField(
+        label="param",
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
+        help_text="Each occurrence's param data (UTF-8, base64-encoded). The SDKs run "
+        '{"func": "<registered name>", "args": [...], "version": 1}.',
+    )
+    tags = forms.CharField(
+        label="more tags",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 80}),
+        help_text="A JSON object of further tags for each occurrence (optional).",
+    )
+
+    class Meta:
+        model = Schedule
+        fields = ("id", "cron", "promise_id", "promise_timeout")
+        labels = {"promise_timeout": "timeout after firing (ms)"}
+        help_texts = {
+            "cron": "5 fields (minute hour day month weekday, UTC) or 6 with seconds first.",
+            "promise_id": "The id of each occurrence: {{.id}} and {{.timestamp}} expand.",
+        }
+
+    def __init__(self, *args: Any, now: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.now = now
+        self.preview: list[int] = []
+        s = self.instance
+        if not self.is_bound and s.pk:
+            tags = dict(s.promise_tags)
+            self.initial["target"] = tags.pop(TARGET, "")
+            self.initial["tags"] = json.dumps(tags) if tags else ""
+            self.initial["param"] = decoded_text(s.promise_param_data) or ""
+        elif not self.is_bound:
+            self.initial.setdefault("promise_id", "{{.id}}.{{.timestamp}}")
+            self.initial.setdefault("promise_timeout", 3_600_000)
+
+    def clean_tags(self) -> dict[str, str]:
+        text = self.cleaned_data.get("tags", "").strip()
+        if not text:
+            return {}
+        try:
+            tags = json.loads(text)
+        except ValueError:
+            raise forms.ValidationError("not JSON: a JSON object of strings") from None
+        if not isinstance(tags, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in tags.items()
+        ):
+            raise forms.ValidationError('a JSON object of strings, like {"team": "ops"}')
+        return tags
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        tags = {**data.get("tags", {}), TARGET: data["target"]}
+        try:
+            self.preview = schedule_preview(
+                id=self.instance.pk or data["id"],
+                cron=data["cron"],
+                promise_id=data["promise_id"],
+                promise_timeout=data["promise_timeout"],
+                promise_param=encoded_value(data.get("param", "")),
+                promise_tags=tags,
+                now=self.now,
+                count=UPCOMING,
+            )
+        except ProtocolError as refused:
+            self.add_error(FORM_FIELDS.get(refused.field or ""), refused.message)
+        data["promise_tags"] = tags
+        return data
+
+
 class DueFilter(admin.SimpleListFilter):
     """Schedules whose next run has passed: the schedule step fires them at the next tick; one
     that stays here means the steps are not running."""
@@ -82,6 +193,8 @@ class ScheduleAdmin(OperatorAdmin[Schedule]):
     act_permission = "schedules.act_on_schedule"
     list_display = ("id", "cron", "words_column", "next_column", "last_column", "promise_id")
     list_filter = (DueFilter,)
+    form = ScheduleForm
+    change_form_template = "admin/resonate/schedule_change_form.html"
     search_fields = ("id",)
     search_help_text = "A schedule id prefix."
     ordering = ("id",)
@@ -104,6 +217,124 @@ class ScheduleAdmin(OperatorAdmin[Schedule]):
         "param_view",
         "tags_view",
     )
+
+    # --- add and edit (through the schedule handlers; never a raw save) ---
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self.has_act_permission(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Schedule | None = None) -> bool:
+        return self.has_act_permission(request)
+
+    def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        if not self.has_act_permission(request):
+            return self.fieldsets
+        editable = ("cron", "promise_id", "promise_timeout", "target", "param", "tags")
+        first = ("id", *editable) if obj is None else ("id", *editable, "words_view")
+        sets: list[tuple[str | None, dict[str, Any]]] = [(None, {"fields": first})]
+        if obj is not None:
+            sets.append(("Runs", {"fields": ("upcoming_view", "last_view", "occurrences_view")}))
+        return sets
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        if obj is not None and self.has_act_permission(request):
+            return ("id", *self.readonly_fields)
+        return self.readonly_fields
+
+    def get_form(
+        self, request: HttpRequest, obj: Schedule | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        now = request_now(request)
+
+        class AtNow(form):  # type: ignore[valid-type,misc]
+            def __init__(self, *args: Any, **kw: Any) -> None:
+                super().__init__(*args, now=now, **kw)
+
+        return AtNow
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> Any:
+        """ "Preview" posts the form and answers it again with the next fire times (or what is
+        wrong), saving nothing."""
+        if request.method == "POST" and "_preview" in request.POST:
+            return self.preview_view(request, object_id)
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def preview_view(self, request: HttpRequest, object_id: str | None) -> HttpResponse:
+        obj = None if object_id is None else self.get_object(request, unquote(object_id))
+        if object_id is not None and obj is None:
+            raise Http404(f"no schedule {unquote(object_id)!r}")
+        if not (
+            self.has_change_permission(request, obj) if obj else self.has_add_permission(request)
+        ):
+            raise PermissionDenied
+        form = self.get_form(request, obj, change=obj is not None)(
+            request.POST, instance=obj or Schedule()
+        )
+        form.is_valid()
+        fieldsets = self.get_fieldsets(request, obj)
+        readonly = self.get_readonly_fields(request, obj)
+        adminform = helpers.AdminForm(form, list(fieldsets), {}, readonly, model_admin=self)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": ("Change" if obj else "Add") + " schedule (preview: nothing saved)",
+            "subtitle": None,
+            "adminform": adminform,
+            "object_id": object_id,
+            "original": obj,
+            "is_popup": False,
+            "to_field": None,
+            "media": self.media + adminform.media,
+            "inline_admin_formsets": [],
+            "errors": helpers.AdminErrorList(form, []),
+            "preserved_filters": self.get_preserved_filters(request),
+        }
+        return self.render_change_form(
+            request, context, add=obj is None, change=obj is not None, obj=obj
+        )
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        data, now = form.cleaned_data, now_ms()
+        fields = {
+            "cron": data["cron"],
+            "promise_id": data["promise_id"],
+            "promise_timeout": data["promise_timeout"],
+            "promise_param": encoded_value(data.get("param", "")),
+            "promise_tags": data["promise_tags"],
+            "now": now,
+        }
+        if change:
+            record = schedule_replace(id=obj.pk, **fields)
+        else:
+            record = schedule_create(id=obj.pk, **fields)
+        self.message_user(
+            request,
+            f"{obj.pk}: next run {when(record['nextRunAt'], now)}",
+            messages.INFO,
+        )
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Schedule | None = None,
+    ) -> HttpResponse:
+        form = context["adminform"].form
+        now = request_now(request)
+        context["schedule_preview"] = [when(t, now) for t in form.preview]
+        context["schedule_preview_words"] = (
+            cron_words(form.cleaned_data["cron"]) if form.preview else ""
+        )
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     # --- columns ---
 

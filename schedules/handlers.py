@@ -34,9 +34,10 @@ def schedule_get(req: ScheduleGetReq, now: int) -> Response:
     return ok({"schedule": schedule_record(s)})
 
 
-def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
-    """S-02. Idempotent by id (an existing schedule is returned unchanged); the first run is the
-    first cron instant strictly after ``now``."""
+def check_schedule_create(req: ScheduleCreateReq, now: int) -> int:
+    """S-02's refusals, decided before anything is read or written; the first run it would have
+    (the first cron instant strictly after ``now``). The admin's form asks this too, so what an
+    operator types is refused exactly as a client's request is."""
     check_tags("promiseTags", req.promise_tags)
     if is_timer(req.promise_tags) and TARGET in req.promise_tags:
         raise InvalidRequest(
@@ -47,14 +48,20 @@ def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
         raise InvalidRequest(
             f"cron is not a valid 5- or 6-field cron expression: {req.cron!r}", field="cron"
         )
+    try:
+        return cron.next_after(req.cron, now)
+    except cron.NoNextRun as exc:  # a debug clock near year 9999; refused before any write
+        raise InvalidRequest(str(exc), field="cron") from None
+
+
+def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
+    """S-02. Idempotent by id (an existing schedule is returned unchanged); the first run is the
+    first cron instant strictly after ``now``."""
+    next_run_at = check_schedule_create(req, now)
     with unit_of_work(now):
         existing = Schedule.objects.select_for_update().filter(id=req.id).first()
         if existing is not None:
             return ok({"schedule": schedule_record(existing)})
-        try:
-            next_run_at = cron.next_after(req.cron, now)
-        except cron.NoNextRun as exc:  # a debug clock near year 9999; refused before any write
-            raise InvalidRequest(str(exc), field="cron") from None
         s = Schedule(
             id=req.id,
             cron=req.cron,

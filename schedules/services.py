@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import cast
 
+from django.db import transaction
+
 from promises.models import Promise
 from promises.services import ValueArg, value_fields
+from resonate_project.core.cron import NoNextRun, next_after
 from resonate_project.core.errors import NotFound
 from resonate_project.core.protocol import Page, PromiseRecord, ScheduleRecord, promise_record
 from resonate_project.core.schedules import expand
@@ -54,6 +57,66 @@ def schedule_create(
         promiseTags=dict(promise_tags or {}),
     )
     return cast(ScheduleRecord, handlers.schedule_create(req, now).data["schedule"])
+
+
+def schedule_preview(
+    *,
+    id: str,
+    cron: str,
+    promise_id: str,
+    promise_timeout: int,
+    now: int,
+    count: int,
+    promise_param: ValueArg = None,
+    promise_tags: Mapping[str, str] | None = None,
+) -> list[int]:
+    """What ``schedule_create`` would refuse, refused the same way (``ProtocolError`` naming the
+    field), else the first ``count`` fire times it would have from ``now``. Writes nothing."""
+    req = checked(
+        ScheduleCreateReq,
+        id=id,
+        cron=cron,
+        promiseId=promise_id,
+        promiseTimeout=promise_timeout,
+        promiseParam=value_fields(promise_param),
+        promiseTags=dict(promise_tags or {}),
+    )
+    times = [handlers.check_schedule_create(req, now)]
+    while len(times) < count:
+        try:
+            times.append(next_after(req.cron, times[-1]))
+        except NoNextRun:  # none before the end of year 9999
+            break
+    return times
+
+
+def schedule_replace(
+    *,
+    id: str,
+    cron: str,
+    promise_id: str,
+    promise_timeout: int,
+    now: int,
+    promise_param: ValueArg = None,
+    promise_tags: Mapping[str, str] | None = None,
+) -> ScheduleRecord:
+    """An operator's edit: S-03 then S-02 in one transaction, so the schedule is never missing
+    and a refused create leaves the old one as it was. The next run is the first instant of the
+    new cron after ``now``; occurrences already created are left alone (``NotFound`` if the
+    schedule is gone)."""
+    req = checked(
+        ScheduleCreateReq,
+        id=id,
+        cron=cron,
+        promiseId=promise_id,
+        promiseTimeout=promise_timeout,
+        promiseParam=value_fields(promise_param),
+        promiseTags=dict(promise_tags or {}),
+    )
+    handlers.check_schedule_create(req, now)
+    with transaction.atomic():
+        handlers.schedule_delete(checked(ScheduleDeleteReq, id=id), now)
+        return cast(ScheduleRecord, handlers.schedule_create(req, now).data["schedule"])
 
 
 def schedule_delete(*, id: str, now: int) -> None:

@@ -9,6 +9,7 @@ from django.db.models import Model
 
 from promises.models import Callback, Listener, Promise, PromiseState
 from resonate_project.core import tags as T
+from resonate_project.core.calls import function_name
 from resonate_project.core.protocol import is_live, promise_record, timeout_verdict
 from resonate_project.core.wire.promises import PromiseCreateReq, Value
 from resonate_project.engine import outbox, rows, wake
@@ -42,6 +43,8 @@ def new_promise(req: PromiseCreateReq, now: int) -> Promise:
         timer=timer,
         external=T.is_external(tags),
         branch=tags.get(T.BRANCH),
+        parent=tags.get(T.PARENT),
+        function=function_name(req.param.data) if T.TARGET in tags else None,
     )
 
 
