@@ -146,26 +146,33 @@ def cell(text: str) -> str:
 
 
 def citation_link(cited: str, page: str) -> str:
-    """A ``docs/<page>.md#<anchor>`` citation as a link from ``page`` when the target exists (a
-    broken link would fail the strict build), else as code."""
+    """A ``docs/<page>.md#<anchor>`` citation as a link from ``page``, named by the page's title
+    (and the heading's), when the target exists (a broken link would fail the strict build),
+    else as code."""
     path, _, anchor = cited.partition("#")
     target = ROOT / path
     if not target.is_file() or (target.name in PAGES and target.parent.name == "reference"):
         return code(cited)
-    if anchor and anchor not in heading_anchors(target.read_text(encoding="utf-8")):
+    found = headings(target.read_text(encoding="utf-8"))
+    titles = {slug: title for _, title, slug in found}
+    if anchor and anchor not in titles:
         return code(cited)
+    name = next((title for level, title, _ in found if level == 1), path)
+    if anchor and titles[anchor] != name:
+        name = f"{name}: {titles[anchor]}"
     relative = os.path.relpath(target, (DOCS / page).parent)
-    return f"[{cited}]({relative}{'#' + anchor if anchor else ''})"
+    return f"[{_escape_plain(name)}]({relative}{'#' + anchor if anchor else ''})"
 
 
-def heading_anchors(markdown: str, max_level: int = ANCHOR_LEVEL) -> set[str]:
-    """The anchors MyST gives the headings of a page (``myst_heading_anchors``): GitHub's slugs,
-    made unique with -1, -2 in page order."""
+def headings(markdown: str, max_level: int = ANCHOR_LEVEL) -> list[tuple[int, str, str]]:
+    """``(level, title, anchor)`` of a page's headings, with the anchors MyST gives them
+    (``myst_heading_anchors``): GitHub's slugs, made unique with -1, -2 in page order."""
     from markdown_it import MarkdownIt
     from myst_parser.slugs import github_slugify, unique_slug
 
     tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
     slugs: set[str] = set()
+    out = []
     for i, token in enumerate(tokens):
         if token.type != "heading_open" or int(token.tag[1]) > max_level:
             continue
@@ -177,8 +184,15 @@ def heading_anchors(markdown: str, max_level: int = ANCHOR_LEVEL) -> set[str]:
         )
         slug = github_slugify(title)
         if slug:  # an empty slug: no anchor, and no part in making the others unique
-            slugs.add(unique_slug(slug, slugs))
-    return slugs
+            slug = unique_slug(slug, slugs)
+            slugs.add(slug)
+            out.append((int(token.tag[1]), title, slug))
+    return out
+
+
+def heading_anchors(markdown: str, max_level: int = ANCHOR_LEVEL) -> set[str]:
+    """The anchors MyST gives the headings of a page."""
+    return {slug for _, _, slug in headings(markdown, max_level)}
 
 
 def _page(title: str, intro: str, body: Iterable[str]) -> str:
