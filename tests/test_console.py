@@ -546,3 +546,25 @@ def test_a_viewer_cannot_add_or_edit_schedules(api: Api, db: Any) -> None:
     assert client.get(f"{SCHEDULES}add/").status_code == 403
     assert client.post(f"{SCHEDULES}add/", schedule_form()).status_code == 403
     assert not Schedule.objects.exists()
+
+
+def test_the_migration_fills_in_the_columns_of_promises_stored_before_them(api: Api) -> None:
+    import importlib
+
+    from django.apps import apps
+    from django.db import connection
+
+    migration = importlib.import_module("promises.migrations.0003_promise_parent_function")
+    sdk_run(api, "cd1", now_ms())
+    Promise.objects.update(parent=None, function=None)  # as a database migrated before them
+
+    class Editor:
+        pass
+
+    editor = Editor()
+    editor.connection = connection  # type: ignore[attr-defined]
+    migration.fill(apps, editor)
+    stored = {p.id: (p.function, p.parent) for p in Promise.objects.all()}
+    assert stored["cd1"] == ("countdown", "cd1")
+    assert stored["cd1:2"] == ("ntfy", "cd1")
+    assert stored["cd1:1"] == (None, "cd1")
