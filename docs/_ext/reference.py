@@ -630,7 +630,7 @@ def _option_rows(parser: argparse.ArgumentParser, skip: set[str]) -> list[str]:
         notes = []
         if action.required and action.option_strings:
             notes.append("required")
-        if isinstance(action, argparse._AppendAction):
+        if isinstance(action, argparse._AppendAction) and "repeatable" not in (action.help or ""):
             notes.append("repeatable")
         help_text = prose(action.help or "", "reference/cli.md") if action.help else ""
         if notes:
@@ -938,7 +938,8 @@ def _template(node: ast.expr | None, source: str) -> str:
             if isinstance(value, ast.Constant):
                 parts.append(str(value.value))
             elif isinstance(value, ast.FormattedValue):
-                parts.append("{" + ast.unparse(value.value) + "}")
+                conversion = "" if value.conversion == -1 else "!" + chr(value.conversion)
+                parts.append("{" + ast.unparse(value.value) + conversion + "}")
         return "".join(parts)
     return "{" + (ast.get_source_segment(source, node) or ast.unparse(node)) + "}"
 
@@ -952,6 +953,13 @@ def system_checks() -> list[CheckInfo]:
         if "django.core.checks" not in source:
             continue
         tree = ast.parse(source)
+        owner = {
+            id(fn): cls.name
+            for cls in ast.walk(tree)
+            if isinstance(cls, ast.ClassDef)
+            for fn in cls.body
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+        }
         for func in ast.walk(tree):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
@@ -978,7 +986,7 @@ def system_checks() -> list[CheckInfo]:
                         level=node.func.id,
                         message=_template(message, source),
                         hint=_template(hint, source),
-                        function=func.name,
+                        function=".".join(filter(None, (owner.get(id(func)), func.name))),
                         module=_module_name(path),
                         doc=" ".join((ast.get_docstring(func) or "").split()),
                         tags=tags,

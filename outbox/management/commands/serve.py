@@ -29,7 +29,12 @@ class Command(BaseCommand):
             help="address to listen on (default: HOST, else 127.0.0.1); any non-loopback address "
             "needs RESONATE_AUTH and DJANGO_SECRET_KEY",
         )
-        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8001")))
+        parser.add_argument(
+            "--port",
+            type=int,
+            default=int(os.environ.get("PORT", "8001")),
+            help="port to listen on (default: PORT, else 8001)",
+        )
         parser.add_argument(
             "--workers",
             type=int,
