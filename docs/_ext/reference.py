@@ -706,8 +706,10 @@ def openapi_schema() -> dict[str, Any]:
 
 
 def _schema_type(schema: dict[str, Any]) -> str:
+    """A schema's type as markdown: a component as a link to its section below."""
     if "$ref" in schema:
-        return schema["$ref"].rsplit("/", 1)[-1]
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return f"[{code(name)}](#{name.lower()})"
     if "oneOf" in schema or "anyOf" in schema:
         return " or ".join(_schema_type(s) for s in schema.get("oneOf") or schema["anyOf"])
     if "allOf" in schema:
@@ -718,13 +720,12 @@ def _schema_type(schema: dict[str, Any]) -> str:
     if "enum" in schema:
         return " | ".join(code(str(v)) for v in schema["enum"])
     if "format" in schema:
-        return f"{kind} ({schema['format']})"
-    return kind
+        return code(f"{kind} ({schema['format']})")
+    return code(kind)
 
 
 def _type_cell(schema: dict[str, Any]) -> str:
-    shown = _schema_type(schema)
-    return shown if "`" in shown else code(shown)
+    return _schema_type(schema)
 
 
 def _description(text: str, inline: bool = True) -> str:
