@@ -21,7 +21,7 @@ from django.db import close_old_connections, connections
 
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
-from resonate_project.engine import wake
+from resonate_project.engine import retention, wake
 from resonate_project.engine.debug import paused
 from resonate_project.engine.steps import next_due, run_deadlines, run_due
 
@@ -45,6 +45,8 @@ def run_pass(
         return 0, None
     batch = resonate_settings().STEP_BATCH
     rows = run_due(now, batch) if full else run_deadlines(now, batch)
+    if full:
+        retention.tick(now)
     if before_planning is not None:
         before_planning()
     return rows, next_due()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.fields.json import KeyTextTransform
 
 from resonate_project.core.limits import ID_MAX_LENGTH
+from resonate_project.core.tags import ORIGIN
 
 
 class PromiseState(models.TextChoices):
@@ -54,6 +56,14 @@ class Promise(models.Model):
                 fields=["branch"], name="promise_branch", condition=Q(branch__isnull=False)
             ),
             models.Index(fields=["state", "id"], name="promise_state_id"),
+            # Retention (engine/retention.py): settled promises oldest first, and a tree's
+            # members by their resonate:origin tag.
+            models.Index(
+                fields=["settled_at", "id"],
+                name="promise_settled",
+                condition=Q(settled_at__isnull=False),
+            ),
+            models.Index(KeyTextTransform(ORIGIN, "tags"), name="promise_origin"),
             models.Index(
                 fields=["parent"], name="promise_parent", condition=Q(parent__isnull=False)
             ),

@@ -90,6 +90,20 @@ class ResonateSettings:
     # i.e. the host's own (the standalone server names resonate_project.celery.app).
     CELERY_APP: str = ""
 
+    # --- retention (engine/retention.py; docs/how-to/operating.md) ------------------------------
+    # How long settled work is kept, in ms; 0 (the default) keeps it forever. A tree (a root and
+    # every promise of its resonate:origin) is deleted whole once all of it settled this long ago
+    # and nothing refers to it any more. RETENTION_DJANGO_TASKS_MS applies instead to trees holding
+    # a django.tasks job, RETENTION_DEAD_LETTERS_MS to dead-lettered and undeliverable outbox
+    # messages.
+    RETENTION_MS: int = 0
+    RETENTION_DJANGO_TASKS_MS: int = 0
+    RETENTION_DEAD_LETTERS_MS: int = 0
+    # How often the step runner prunes (one bounded pass each time, after a full tick's steps),
+    # and how many settled promises one pass looks at.
+    RETENTION_INTERVAL_MS: int = 60_000
+    RETENTION_BATCH: int = 200
+
     # --- the trust boundary (docs/explanation/security.md) --------------------------------------
     # Authentication on POST /, /poll/ and /api/: "required" or "off". Unset ("") behaves as off
     # but refuses to serve on a non-loopback address (RESONATE_AUTH=off is the explicit opt-out).

@@ -65,6 +65,11 @@ UNDELIVERABLE = Counter(
     ["event"],
 )
 STEP_ROWS = Counter("resonate_step_rows", "Rows handled by internal steps", ["step"])
+PRUNED = Counter(
+    "resonate_pruned",
+    "Rows retention deleted (trees, promises, tasks, django_tasks, dead_letters)",
+    ["kind"],
+)
 STEP_SECONDS = Histogram(
     "resonate_step_duration_seconds", "Internal step runs (one transaction each)", ["step"]
 )
@@ -160,6 +165,15 @@ def record_step(step: str, rows: int, seconds: float) -> None:
     STEP_SECONDS.labels(step).observe(seconds)
     if rows:
         STEP_ROWS.labels(step).inc(rows)
+
+
+def record_pruned(counts: dict[str, int]) -> None:
+    """What one retention pass deleted, by kind."""
+    if not resonate_settings().METRICS:
+        return
+    for kind, n in counts.items():
+        if n:
+            PRUNED.labels(kind).inc(n)
 
 
 def record_lag(step: str, now: int, deadlines: Iterable[int]) -> None:
