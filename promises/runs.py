@@ -75,10 +75,6 @@ class Step:
         return STATE_COLOURS.get(self.state, "#555")
 
     @property
-    def end_offset(self) -> int | None:
-        return None if self.end is None else self.end - self.root_start
-
-    @property
     def task_badge(self) -> SafeString | str:
         return EMPTY if self.task_state is None else state_badge(self.task_state)
 
@@ -107,9 +103,20 @@ class Step:
         return "" if self.end is not None else "still pending"
 
     @property
-    def retries(self) -> int:
-        """Attempts after the first: each acquire bumps the version (a resume does too)."""
-        return max(self.task.version - 1, 0) if self.task is not None else 0
+    def attempts(self) -> str:
+        """How often its task was acquired (the version: a resume after a sleep or an await is
+        an acquire too) and released without progress since it last made some."""
+        if self.task is None:
+            return EMPTY
+        return f"{self.task.version} / {self.task.release_count}"
+
+    @property
+    def started(self) -> str:
+        return f"+{span(self.offset)}"
+
+    @property
+    def ended(self) -> str:
+        return EMPTY if self.end is None else f"+{span(self.end - self.root_start)}"
 
 
 def depths(promises: list[Promise]) -> dict[str, int]:

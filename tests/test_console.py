@@ -281,8 +281,10 @@ def test_the_run_page_shows_the_call_tree_as_a_timeline(api: Api, ops: Client) -
     assert "countdown" in timeline
     assert "ntfy" in timeline
     assert "local call" in timeline
-    assert "+200 ms" in timeline  # the local step started 200 ms into the run
+    assert "+200ms" in timeline  # the local step started 200 ms into the run
     assert "300ms" in timeline  # and took 300 ms
+    rpc = timeline[timeline.index('data-id="cd1:2"') :]
+    assert '<td class="n attempts">1 / 0</td>' in rpc  # acquired once, never released
     assert 'class="bar open"' in timeline  # the root is still pending
     assert '<span class="failures">1</span> failed' in html
 
