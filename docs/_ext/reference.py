@@ -487,6 +487,8 @@ def _default(setting: Setting) -> str:
 
 
 def settings_page() -> str:
+    from resonate_project.core import conf
+
     page = "reference/settings.md"
     body: list[str] = []
     section = None
@@ -557,7 +559,8 @@ def settings_page() -> str:
         "environment variable, read at call time (``resonate_project.core.conf``). Precedence, "
         "lowest first: the defaults below, ``settings.RESONATE``, the environment. An unknown "
         "key is a configuration error (system check ``resonate.E000``). Generated from "
-        "``ResonateSettings``: the text under each setting is the comment above its field.",
+        "``ResonateSettings``: the text under each setting is the comment above its field.\n\n"
+        + prose(" ".join((conf._coerce.__doc__ or "").split()), "reference/settings.md"),
         body,
     )
 

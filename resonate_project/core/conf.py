@@ -178,6 +178,9 @@ def env_variable(name: str) -> str | None:
 
 
 def _coerce(raw: str, like: Any) -> Any:
+    """An environment variable's text as its setting's type: a bool is on for 1, true, yes or on
+    (any case) and off for anything else; an int is a decimal integer (anything else is system
+    check resonate.E000); any other setting takes the text as it is."""
     if isinstance(like, bool):
         return raw.strip().lower() in {"1", "true", "yes", "on"}
     if isinstance(like, int):
