@@ -523,6 +523,7 @@ class WorkerRow:
     last_seen: int
     held: int
     releases: int
+    finished: int
     connected: bool
     url: str
 
@@ -533,8 +534,9 @@ class WorkerRow:
 
 def recent_workers(now: int, streams: list[StreamRow]) -> list[WorkerRow]:
     """Processes seen in the last ``WORKERS_WINDOW_MS``: holding a task (its last acquire or
-    heartbeat is the lease's start), having released one, or with a stream connected (an SDK's
-    stream id is its pid). Two grouped queries."""
+    heartbeat is the lease's start), having released one, having acquired last a task that was
+    fulfilled since (the fulfil is its last word), or with a stream connected (an SDK's stream id
+    is its pid). Three grouped queries."""
     since = now - WORKERS_WINDOW_MS
     seen: dict[str, dict[str, Any]] = {}
     held = (
@@ -556,6 +558,15 @@ def recent_workers(now: int, streams: list[StreamRow]) -> list[WorkerRow]:
     for rel in released:
         w = seen.setdefault(str(rel["last_pid"]), {"last": 0, "held": 0, "releases": 0})
         w["releases"], w["last"] = rel["n"] or 0, max(w["last"], rel["last"] or 0)
+    finished = (
+        Task.objects.filter(last_pid__isnull=False, promise__settled_at__gte=since)
+        .values("last_pid")
+        .annotate(n=Count("pk"), last=Max("promise__settled_at"))
+        .order_by()
+    )
+    for done in finished:
+        w = seen.setdefault(str(done["last_pid"]), {"last": 0, "held": 0, "releases": 0})
+        w["finished"], w["last"] = done["n"], max(w["last"], done["last"] or 0)
     connected = {s.id for s in streams}
     for s in streams:
         w = seen.setdefault(s.id, {"last": 0, "held": 0, "releases": 0})
@@ -566,6 +577,7 @@ def recent_workers(now: int, streams: list[StreamRow]) -> list[WorkerRow]:
             w["last"],
             w["held"],
             w["releases"],
+            w.get("finished", 0),
             pid in connected,
             changelist_url(Task, q=pid),
         )

@@ -205,7 +205,6 @@ class PromiseAdmin(OperatorAdmin[Promise]):
         "timeout_column",
         "created_column",
         "settled_column",
-        "run_column",
     )
     list_filter = (
         ProjectedStateFilter,
@@ -315,14 +314,13 @@ class PromiseAdmin(OperatorAdmin[Promise]):
 
     # --- columns ---
 
-    @admin.display(description="function", ordering="function")
-    def function_column(self, p: Promise) -> SafeString | str:
-        return function_html(p)
-
-    @admin.display(description="run")
-    def run_column(self, p: Promise) -> SafeString:
+    @admin.display(description="function · run", ordering="function")
+    def function_column(self, p: Promise) -> SafeString:
+        """What it runs, and below it the link to its run's timeline (a column of its own
+        pushed the table past 1400 px)."""
         return format_html(
-            '<a class="resonate-run" href="{}" style="white-space:nowrap">timeline</a>',
+            '{}<br><small><a class="resonate-run" href="{}">timeline</a></small>',
+            function_html(p),
             self.run_url(p),
         )
 

@@ -251,5 +251,5 @@ def run_context(root: Promise, now: int, site: str) -> dict[str, Any]:
         "failures": sum(1 for s in shown if s.state.startswith("rejected")),
         "listeners": listeners,
         "callbacks": callbacks,
-        "messages": messages,
+        "owed": messages,
     }

@@ -303,6 +303,7 @@ def test_the_run_page_lists_the_messages_still_owed(api: Api, ops: Client) -> No
     messages = Message.objects.filter(key__startswith="cd1")
     assert messages.filter(kind="unblock").exists()  # the listener's, after the root settled
     html = ops.get(run_url("cd1")).content.decode()
+    assert 'class="messagelist"' not in html  # the rows are not the messages framework's
     owed = html[html.index('id="run-messages"') :]
     assert 'data-kind="unblock"' in owed
     assert "poll://uni@default/worker-1" in owed
@@ -452,6 +453,9 @@ def test_the_overview_lists_connected_streams_and_recent_workers(api: Api, ops: 
     row = workers[workers.index('data-pid="worker-1"') :]
     assert '<td class="n held">1</td>' in row
     assert "connected" in row
+    # worker-2 has no stream and holds nothing, but fulfilled the rpc a moment ago.
+    row = workers[workers.index('data-pid="worker-2"') :]
+    assert '<td class="n finished">1</td>' in row
 
 
 def test_the_overview_stays_a_few_queries_over_many_rows(
