@@ -4,8 +4,6 @@ whether a write (and its outbox message) happens at all."""
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,11 +17,12 @@ from resonate_project.core.errors import Conflict, InvalidRequest, NotFound, Pro
 from schedules import services as schedules
 from tasks_app import services as tasks
 from tasks_app.models import Task
+from tests.docs_blocks import block
 
 FAR = 10**13
 NOW = 1_000
 TARGET = {"resonate:target": "poll://any@workers"}
-README = Path(__file__).resolve().parents[1] / "README.md"
+PYTHON_API = "docs/reference/python-api.md"
 
 
 def test_a_promise_round_trip_through_the_services(db: Any) -> None:
@@ -107,14 +106,11 @@ def test_a_poll_address_delivery_cannot_route_is_refused_at_registration(db: Any
 
 
 def readme_example() -> dict[str, Any]:
-    """The README's Python API example, run as written (its names, in a fresh namespace)."""
-    text = README.read_text()
-    section = text[text.index("## Python API") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    head, _, _ = code.group(1).partition("try:\n")
+    """The Python API page's example, run as written (its names, in a fresh namespace)."""
+    code = block(PYTHON_API, "python-api-example").text
+    head, _, _ = code.partition("try:\n")
     namespace: dict[str, Any] = {}
-    exec(compile(head, "README.md", "exec"), namespace)
+    exec(compile(head, PYTHON_API, "exec"), namespace)
     return namespace
 
 
@@ -144,7 +140,12 @@ def test_the_readme_example_rolls_back_with_the_host(db: Any) -> None:
     assert not Message.objects.exists()
 
 
-def test_the_readme_refusal_example_reports_status_and_field(db: Any) -> None:
+def test_the_readme_refusal_example_reports_status_and_field(
+    db: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = block(PYTHON_API, "python-api-example").text
+    exec(compile(code, PYTHON_API, "exec"), {})  # the whole example: the refusal is printed
+    assert capsys.readouterr().out.split(maxsplit=1)[0] == "404"
     with pytest.raises(ProtocolError) as refused:
         promises.promise_settle(id="order/7/approval", state="resolved", now=NOW)
     assert (refused.value.status, refused.value.message) == (404, "promise not found")

@@ -1,9 +1,10 @@
-"""A host site as a new user makes one from README "Embedding", for tests/embedding: the README's
-``pip`` lines run as written (the git URL replaced by the built wheel) in a virtualenv made by
-``python -m venv`` with the pip that interpreter bundles, ``django-admin startproject mysite``,
-the README's blocks appended as they stand, its commands run, and the host's own log read for
+"""A host site as a new user makes one from the embedding guide (docs/how-to/embedding.md), for
+tests/embedding: the guide's ``pip`` lines run as written (the git URL replaced by the built
+wheel) in a virtualenv made by ``python -m venv`` with the pip that interpreter bundles,
+``django-admin startproject mysite``,
+the guide's blocks appended as they stand, its commands run, and the host's own log read for
 errors while the steps run. The SDK runs from its own virtualenv (tests/e2e/tools.py), so the
-host holds exactly what the README installs.
+host holds exactly what the guide installs.
 
 Needs PyPI or a pip cache, and PostgreSQL and Redis where a test says so; without one a test
 fails under CI=true and is skipped, with the reason, otherwise."""
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import docs_blocks
 from tests.e2e import tools
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,22 +53,35 @@ def run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
     return res.stdout
 
 
-def embedding_section() -> str:
-    text = (ROOT / "README.md").read_text()
-    return text[text.index("## Embedding") : text.index("## Conformance")]
+EMBEDDING = "docs/how-to/embedding.md"  # the guide a host follows; its blocks are read by name
+
+
+def guide_block(name: str) -> docs_blocks.Block:
+    return docs_blocks.block(EMBEDDING, name)
+
+
+def file_blocks(*names: str) -> dict[str, str]:
+    """The guide's ``# <what> mysite/<file>`` blocks ``names``, by file, without that line."""
+    found: dict[str, str] = {}
+    for name in names:
+        head, _, code = guide_block(name).text.partition("\n")
+        file = re.fullmatch(r"# .*mysite/(\S+)", head)
+        assert file, f"{EMBEDDING} block {name!r} does not start with '# ... mysite/<file>'"
+        found[file.group(1)] = code
+    return found
 
 
 def readme_blocks(tag: str = "") -> dict[str, str]:
-    """README "Embedding"'s ``# <tag>append to mysite/<file>`` blocks, by file."""
-    found = re.findall(
-        rf"```python\n# {re.escape(tag)}append to mysite/(\S+)\n(.*?)```", embedding_section(), re.S
-    )
-    return dict(found)
+    """The guide's settings, URLs and ASGI blocks by file (``tag="optional: "``: the overview)."""
+    if tag == "optional: ":
+        return file_blocks("embedding-overview")
+    assert tag == "", tag
+    return file_blocks("embedding-settings", "embedding-urls", "embedding-asgi")
 
 
 @dataclass(frozen=True)
 class PipLines:
-    """README "Embedding"'s ``pip install`` lines, each as argv after ``pip``."""
+    """The embedding guide's ``pip install`` lines, each as argv after ``pip``."""
 
     apps: list[str]  # the apps and uvicorn
     postgresql: list[str]  # "on PostgreSQL only"
@@ -76,8 +91,8 @@ class PipLines:
     def from_readme(cls) -> PipLines:
         lines = [
             line
-            for block in re.findall(r"```sh\n(.*?)```", embedding_section(), re.S)
-            for line in block.splitlines()
+            for name in ("embedding-install", "embedding-celery-install")
+            for line in guide_block(name).text.splitlines()
             if line.startswith("pip install ")
         ]
         assert len(lines) == 3, lines
@@ -123,7 +138,7 @@ class Host:
         return self.root / "venv/bin"
 
     def pip(self, *argv: str) -> None:
-        """``pip install …`` with the venv's own pip, the README's git URL as the wheel."""
+        """``pip install …`` with the venv's own pip, the guide's git URL as the wheel."""
         args = [a.replace(GIT_URL, self.wheel.as_uri()) for a in argv]
         res = subprocess.run(
             [str(self.bin / "pip"), *args], capture_output=True, text=True, timeout=900
@@ -162,7 +177,7 @@ def site_env(host: Host) -> dict[str, str]:
 
 
 def new_site(host: Host, name: str, settings: str = "") -> Path:
-    """``django-admin startproject mysite`` with README "Embedding"'s three blocks and its
+    """``django-admin startproject mysite`` with the embedding guide's three blocks and its
     optional overview block appended, then ``settings`` (the test's own DATABASES, say)."""
     site = host.root / name
     site.mkdir()
@@ -170,7 +185,7 @@ def new_site(host: Host, name: str, settings: str = "") -> Path:
     blocks = readme_blocks()
     assert set(blocks) == {"settings.py", "urls.py", "asgi.py"}
     added = sum(1 for code in blocks.values() for line in code.splitlines() if line.strip())
-    assert added <= 10, f"README asks a host for {added} lines"
+    assert added <= 10, f"the embedding guide asks a host for {added} lines"
     optional = readme_blocks("optional: ")
     assert set(optional) == {"urls.py"}
     for file, code in [*blocks.items(), *optional.items()]:
@@ -225,9 +240,11 @@ def errors_in(log: Path) -> list[str]:
 
 
 def serve_command(port: int) -> list[str]:
-    """README "Embedding"'s uvicorn line, on ``port``."""
-    found = re.search(r"^uvicorn mysite\.asgi:application --port \d+", embedding_section(), re.M)
-    assert found, "README shows no uvicorn line"
+    """The embedding guide's uvicorn line, on ``port``."""
+    found = re.search(
+        r"^uvicorn mysite\.asgi:application --port \d+", guide_block("embedding-serve").text, re.M
+    )
+    assert found, f"{EMBEDDING} embedding-serve shows no uvicorn line"
     argv = shlex.split(found.group(0))
     argv[argv.index("--port") + 1] = str(port)
     return argv
@@ -277,7 +294,7 @@ def envelope(port: int, kind: str, **data: object) -> dict[str, object]:
         raise AssertionError(f"{kind}: {err.code} {err.read()!r}") from err
 
 
-# README "Using the official SDKs"'s workflow: a durable step and a durable sleep, which hangs
+# The README's SDK quickstart workflow: a durable step and a durable sleep, which hangs
 # unless something runs the timers.
 SLEEP_WORKFLOW = """
 import asyncio, sys
@@ -356,7 +373,7 @@ STEPS_FOR_S = 4.0
 
 
 def serve_and_run_the_steps(host: Host, site: Path, sdk: Path) -> None:
-    """README's uvicorn line, as written: a timer fires and the SDK's sleep workflow completes,
+    """The guide's uvicorn line, as written: a timer fires and the SDK's sleep workflow completes,
     the steps run for ``STEPS_FOR_S`` at least, and the host's log holds no error."""
     port = free_port()
     log = site / f"uvicorn-{host.django()}.log"

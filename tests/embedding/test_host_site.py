@@ -1,15 +1,16 @@
 """A host site as a new user makes one (tests/embedding/host.py): ``python -m venv`` with the
-test interpreter's own pip, README "Embedding"'s ``pip`` lines as written (the newest Django 6.1
-comes with them), ``django-admin startproject mysite`` with its own ``shop`` app and the README's
-blocks appended as they stand. On SQLite, with no psycopg installed: migrate and a clean
-``check``; a promise created inside the host's atomic block rolls back with the host's row; the
-admin's promise pages render from the wheel's templates, and the optional overview block routes
-the overview and links it; ``/resonate/api/schema/`` answers 200 beside a host REST_FRAMEWORK
-unlike ours; the README's "From your code" example runs as written; the steps' reads use their
-indexes; and under the README's uvicorn line, ``POST /resonate/`` answers, a timer fires, the
-SDK's sleep workflow completes, and the host logs no error while the steps run. Then the
-README's PostgreSQL line, and the same on a fresh PostgreSQL database. And README "With
-Celery": its ``pip`` line, files and four commands, on PostgreSQL.
+test interpreter's own pip, the embedding guide's (docs/how-to/embedding.md) ``pip`` lines as
+written (the newest Django 6.1 comes with them), ``django-admin startproject mysite`` with its
+own ``shop`` app and the guide's blocks appended as they stand. On SQLite, with no psycopg
+installed: migrate and a clean ``check``; a promise created inside the host's atomic block rolls
+back with the host's row; the admin's promise pages render from the wheel's templates, and the
+optional overview block routes the overview and links it; ``/resonate/api/schema/`` answers 200
+beside a host REST_FRAMEWORK unlike ours; the guide's "From your code" example runs as written;
+the Django tasks guide's settings, task and view run as written under its worker command; the
+steps' reads use their indexes; and under the guide's uvicorn line, ``POST /resonate/`` answers,
+a timer fires, the SDK's sleep workflow completes, and the host logs no error while the steps
+run. Then the guide's PostgreSQL line, and the same on a fresh PostgreSQL database. And the
+guide's "With Celery": its ``pip`` line, files and four commands, on PostgreSQL.
 
 The matrix (Python 3.12 and 3.13, Django 6.0 and 6.1, a database migrated under one and served
 under the other) is tests/embedding/test_install.py, ``make test-install``."""
@@ -17,20 +18,22 @@ under the other) is tests/embedding/test_install.py, ``make test-install``."""
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.docs_blocks import block
 from tests.embedding.host import (
     Host,
     PipLines,
     a_timer_fires_and_the_sdk_sleeps,
-    embedding_section,
     errors_in,
+    file_blocks,
     free_port,
+    guide_block,
     manage,
     new_host,
     new_site,
@@ -52,6 +55,8 @@ SHOP_MODELS = """from django.db import models
 class Order(models.Model):
     item = models.CharField(max_length=100)
     paid = models.BooleanField(default=False)
+    email = models.EmailField(default="")
+    total = models.DecimalField(max_digits=10, decimal_places=2, default=0)
 """
 
 # The host's own REST framework settings, unlike ours in every way that broke /api/ before.
@@ -116,7 +121,7 @@ out["api_404"] = anon.get("/resonate/api/promises/nothing").json()
 print("RESULT " + json.dumps(out))
 """
 
-# README "From your code" runs as shop/orders.py; then an order is placed, its charge settled.
+# The guide's "From your code" runs as shop/orders.py; then an order is placed, its charge settled.
 FROM_YOUR_CODE = r"""
 import json
 from promises import services as promises
@@ -140,11 +145,48 @@ print("RESULT " + json.dumps(out))
 
 
 def from_your_code() -> str:
-    """README "From your code"'s example, as it stands."""
-    section = embedding_section()
-    found = re.search(r"```python\n(.*?)```", section[section.index("**From your code**") :], re.S)
-    assert found, "README shows no 'From your code' example"
-    return found.group(1)
+    """The embedding guide's "From your code" example, as it stands."""
+    return guide_block("embedding-from-your-code").text
+
+
+DJANGO_TASKS = "docs/how-to/django-tasks.md"
+
+# The checkout view of the Django tasks guide, called as a request would (shop/views.py).
+CHECKOUT = r"""
+import json
+from django.test import RequestFactory
+from shop import views
+res = views.checkout(RequestFactory().post("/", {"email": "ada@example.com", "total": "12.50"}))
+print("RESULT " + json.dumps({"status": res.status_code, **json.loads(res.content)}))
+"""
+
+RECEIPT = r"""
+import json, sys
+from django.test import RequestFactory
+from shop import views
+res = views.receipt_status(RequestFactory().get("/"), "%s")
+print("RESULT " + json.dumps({"status": res.status_code, **json.loads(res.content)}))
+"""
+
+
+def django_tasks_run(host: Host, site: Path) -> None:
+    """The Django tasks guide in the host: its TASKS settings, ``shop/tasks.py`` and
+    ``shop/views.py`` as written; the checkout view enqueues, and under the guide's worker
+    command the receipt is sent and its status view reports the return value."""
+    worker = block(DJANGO_TASKS, "django-tasks-worker").lines()
+    assert len(worker) == 1, worker
+    answer = result(manage(host, site, "shell", "-c", CHECKOUT))
+    assert answer["status"] == 201, answer
+    log = site / "django-tasks-worker.log"
+    with processes(host, site, [shlex.split(worker[0])], [log]) as (proc,):
+        deadline = time.monotonic() + 60
+        while True:
+            status = result(manage(host, site, "shell", "-c", RECEIPT % answer["receipt"]))
+            if "sent_to" in status or time.monotonic() > deadline or proc.poll() is not None:
+                break
+            time.sleep(0.5)
+    assert status == {"status": 200, "sent_to": "ada@example.com"}, (status, log.read_text())
+    assert errors_in(log) == [], log.read_text()[-4000:]
 
 
 def result(out: str) -> dict[str, object]:
@@ -160,6 +202,12 @@ def a_site_works(host: Host, name: str, databases: str, sdk: Path) -> None:
     with (site / "mysite/settings.py").open("a") as f:
         f.write(HOST_REST + databases)
     (site / "shop/orders.py").write_text(from_your_code())
+    if not databases:  # the Django tasks guide, once (SQLite)
+        (site / "shop/tasks.py").write_text(block(DJANGO_TASKS, "django-tasks-task").text)
+        (site / "shop/views.py").write_text(block(DJANGO_TASKS, "django-tasks-views").text)
+        with (site / "mysite/settings.py").open("a") as f:
+            f.write("\n" + block(DJANGO_TASKS, "django-tasks-settings").text)
+            f.write('EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"\n')
     manage(host, site, "makemigrations", "shop")
     manage(host, site, "migrate", "-v", "0")
     assert "no issues" in manage(host, site, "check")
@@ -186,6 +234,7 @@ def a_site_works(host: Host, name: str, databases: str, sdk: Path) -> None:
 
     if not databases:
         assert plan_problems(plans_in(host, site)) == []
+        django_tasks_run(host, site)
     serve_and_run_the_steps(host, site, sdk)
 
 
@@ -207,16 +256,11 @@ def test_a_startproject_site_embeds_the_apps_with_the_readme_lines(
 
 
 def celery_blocks() -> tuple[dict[str, str], list[str]]:
-    """README "Embedding"'s ``# with Celery: ...`` blocks by file, and its Celery commands."""
-    section = embedding_section()
-    section = section[section.index("**With Celery**") :]
-    blocks = re.findall(
-        r"```python\n# with Celery: (create|append to) mysite/(\S+)\n(.*?)```", section, re.S
+    """The embedding guide's "With Celery" blocks by file, and its Celery commands."""
+    files = file_blocks(
+        "embedding-celery-app", "embedding-celery-init", "embedding-celery-settings"
     )
-    commands = re.search(r"```sh\n(python manage.py migrate\ncelery.*?)```", section, re.S)
-    assert commands, "README shows no Celery commands"
-    lines = [line.split("#")[0].strip() for line in commands.group(1).splitlines()]
-    return {file: code for _, file, code in blocks}, [line for line in lines if line]
+    return files, guide_block("embedding-celery-serve").lines()
 
 
 # Redis database 8: the integration suite's sessions take 9 and up.
@@ -226,9 +270,9 @@ HOST_BROKER = "redis://127.0.0.1:6379/8"
 def test_a_host_runs_the_steps_on_its_own_celery_worker_and_beat(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """README "Embedding", "With Celery", on PostgreSQL: the README's ``pip`` lines (the apps,
+    """The embedding guide's "With Celery", on PostgreSQL: its ``pip`` lines (the apps,
     psycopg, then the ``[celery]`` extra, which takes Django back to 6.0), the host's own Celery
-    app (the README's two files), the settings block, then the four commands exactly as shown.
+    app (the guide's two files), the settings block, then the four commands exactly as shown.
     The wrapped app runs no steps with a broker set, so a timer that fires and the SDK's sleep
     workflow prove that the host's worker and beat do; the worker's log shows it ran
     ``resonate.tick``, and no process logs an error."""
@@ -262,7 +306,7 @@ def test_a_host_runs_the_steps_on_its_own_celery_worker_and_beat(
             with (site / "mysite" / file).open("a") as f:
                 f.write("\n" + blocks[file])
         with (site / "mysite/settings.py").open("a") as f:
-            # The test's own database and Redis database; the README's lines stand above.
+            # The test's own database and Redis database; the guide's lines stand above.
             f.write(f"{databases}CELERY_BROKER_URL = {HOST_BROKER!r}\n")
         env = site_env(host)
         run(*shlex.split(commands[0]), "-v", "0", cwd=site, env=env)

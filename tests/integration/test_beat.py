@@ -1,5 +1,5 @@
-"""Celery beat started the ways an operator starts it: the README's command, the scheduler flag
-that used to replace ours, and a scheduler that cannot work (beat refuses it)."""
+"""Celery beat started the ways an operator starts it: the production guide's command, the
+scheduler flag that used to replace ours, and a scheduler that cannot work (beat refuses it)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+
+from tests.docs_blocks import block
 
 from .conftest import production_stack, require_services
 from .harness import (
@@ -27,8 +29,18 @@ from .harness import (
 
 pytestmark = pytest.mark.integration
 
-# The README's production command, word for word, and the flag older READMEs showed.
-README_BEAT = ["beat", "-l", "info"]
+
+def production_beat() -> list[str]:
+    """The production guide's beat command (docs/how-to/production.md), after ``celery``."""
+    lines = block("docs/how-to/production.md", "production-processes").lines()
+    (line,) = [line for line in lines if line.startswith("celery -A resonate_project beat")]
+    return line.split()[1:]
+
+
+# The production guide's command, word for word, and the flag older READMEs showed.
+PRODUCTION_BEAT = production_beat()
+assert PRODUCTION_BEAT[:2] == ["-A", "resonate_project"], PRODUCTION_BEAT
+README_BEAT = PRODUCTION_BEAT[2:]
 DATABASE_SCHEDULER = ["-S", "django_celery_beat.schedulers:DatabaseScheduler"]
 
 
@@ -52,7 +64,9 @@ def start_beat(stack: Stack, *flags: str) -> None:
     stack.procs["beat"] = spawn("beat", argv, stack.env, stack.logdir)
 
 
-@pytest.mark.parametrize("flags", [[], DATABASE_SCHEDULER], ids=["readme", "database-scheduler"])
+@pytest.mark.parametrize(
+    "flags", [[], DATABASE_SCHEDULER], ids=["documented", "database-scheduler"]
+)
 def test_beat_fires_timeouts_whichever_database_scheduler(shape: Stack, flags: list[str]) -> None:
     """Finding: with -S ...DatabaseScheduler (as the README said), no timeout ever fired."""
     id = unique("beat")

@@ -20,6 +20,7 @@ import httpx
 import psycopg
 import pytest
 
+from tests.docs_blocks import block
 from tests.e2e.tools import Missing, python_sdk
 
 from .harness import (
@@ -337,12 +338,9 @@ def test_an_sdk_program_awaits_a_django_task(
 
 
 def readme_worker_command() -> list[str]:
-    """README "Django Tasks backend"'s worker command, as shown."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Django Tasks backend") : text.index("## Conformance")]
-    found = re.search(r"^(python manage\.py resonate worker[^#\n]*)", section, re.M)
-    assert found, "README shows no worker command"
-    return found.group(1).split()
+    """The Django tasks guide's worker command, as shown."""
+    (line,) = block("docs/how-to/django-tasks.md", "django-tasks-worker").lines()
+    return line.split()
 
 
 def test_the_readme_worker_command_runs_its_queue_only(

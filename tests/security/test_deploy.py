@@ -1,7 +1,7 @@
 """Deployment safety: ``serve`` binds loopback unless told otherwise and refuses a non-loopback
 address without an explicit ``RESONATE_AUTH`` and a real ``SECRET_KEY``; ``check --deploy`` is
-clean with the production environment the README documents; ``/ready`` keeps the database's error
-text in the server log.
+clean with the production environment docs/how-to/production.md documents; ``/ready`` keeps
+the database's error text in the server log.
 
 Every server these tests start listens on 127.0.0.1. The refusals run ``serve`` on a non-loopback
 address with an out-of-range port, so that even a regression could not listen there: it would fail
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import socket
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from outbox.bind import decide_bind, is_loopback
 from outbox.management.commands.serve import Command as ServeCommand
 from promises.checks import check_resonate_settings
 from resonate_project.access.credentials import TOKEN_PREFIX
+from tests.docs_blocks import block
 
 ROOT = Path(__file__).resolve().parents[2]
 STRONG_KEY = secrets.token_urlsafe(50)
@@ -70,9 +72,29 @@ def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+PRODUCTION = "docs/how-to/production.md"
+
+
+def documented_deployment() -> tuple[dict[str, str], list[str]]:
+    """The production guide's deployment block: its ``export`` lines as a dict, and the commands
+    after them."""
+    env: dict[str, str] = {}
+    commands: list[str] = []
+    for line in block(PRODUCTION, "production-deploy").lines():
+        words = shlex.split(line)
+        if words[0] == "export":
+            for word in words[1:]:
+                key, _, value = word.partition("=")
+                env[key] = value
+        else:
+            commands.append(line)
+    return env, commands
+
+
 @pytest.fixture(scope="module")
 def production_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The README's production example, with placeholder values filled in."""
+    """The production guide's deployment environment, with its placeholders filled in: the
+    secret key, the JWT key file, and the hosts (db.internal, redis.internal) on 127.0.0.1."""
     key = ec.generate_private_key(ec.SECP256R1()).public_key()
     pem = tmp_path_factory.mktemp("jwt") / "jwt.pub"
     pem.write_bytes(
@@ -80,22 +102,21 @@ def production_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    return {
-        "DJANGO_SECRET_KEY": STRONG_KEY,
-        "DJANGO_ALLOWED_HOSTS": "resonate.example.com",
-        "DJANGO_CSRF_TRUSTED_ORIGINS": "https://resonate.example.com",
-        "DJANGO_SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO,https",
-        "DJANGO_SECURE_SSL_REDIRECT": "true",
-        "DJANGO_SECURE_HSTS_SECONDS": "31536000",
-        "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
-        "DJANGO_SECURE_HSTS_PRELOAD": "true",
-        "DJANGO_SESSION_COOKIE_SECURE": "true",
-        "DJANGO_CSRF_COOKIE_SECURE": "true",
-        "RESONATE_AUTH": "required",
-        "RESONATE_JWT_PUBLIC_KEY": str(pem),
-        "DATABASE_URL": "postgresql://resonate@127.0.0.1:5432/resonate",
-        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
-    }
+    env, commands = documented_deployment()
+    assert commands == [
+        "python manage.py migrate",
+        "python manage.py check --deploy --fail-level WARNING",
+        "python manage.py serve --host 0.0.0.0 --port 8001",
+    ]
+    assert env["DJANGO_SECRET_KEY"] == "..."  # a placeholder the reader fills in
+    assert env["RESONATE_JWT_PUBLIC_KEY"] == "/etc/resonate/jwt.pub"
+    env["DJANGO_SECRET_KEY"] = STRONG_KEY
+    env["RESONATE_JWT_PUBLIC_KEY"] = str(pem)
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL"):
+        env[name] = env[name].replace("db.internal", "127.0.0.1:5432")
+        env[name] = env[name].replace("redis.internal", "127.0.0.1")
+    assert env["RESONATE_AUTH"] == "required"
+    return env
 
 
 # --- classifying addresses (literals only, nothing is resolved or connected) ---------------------
