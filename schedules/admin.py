@@ -309,10 +309,14 @@ class ScheduleAdmin(OperatorAdmin[Schedule]):
             "promise_tags": data["promise_tags"],
             "now": now,
         }
-        if change:
-            record = schedule_replace(id=obj.pk, **fields)
-        else:
-            record = schedule_create(id=obj.pk, **fields)
+        try:
+            if change:
+                record = schedule_replace(id=obj.pk, **fields)
+            else:
+                record = schedule_create(id=obj.pk, **fields)
+        except ProtocolError as refused:  # it changed between the form's check and now
+            self.message_user(request, f"{obj.pk}: refused ({refused.message})", messages.ERROR)
+            return
         self.message_user(
             request,
             f"{obj.pk}: next run {when(record['nextRunAt'], now)}",

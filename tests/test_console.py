@@ -574,3 +574,13 @@ def test_the_migration_fills_in_the_columns_of_promises_stored_before_them(api: 
     assert stored["cd1"] == ("countdown", "cd1")
     assert stored["cd1:2"] == ("ntfy", "cd1")
     assert stored["cd1:1"] == (None, "cd1")
+
+
+@pytest.mark.urls("tests.custom_admin_site")
+def test_schedules_are_added_and_previewed_on_a_hosts_site(api: Api, ops: Client) -> None:
+    preview = ops.post("/ops/schedules/schedule/add/", {**schedule_form(), "_preview": "1"})
+    assert 'id="schedule-preview"' in preview.content.decode()
+    res = ops.post("/ops/schedules/schedule/add/", schedule_form())
+    assert res.status_code == 302
+    assert res["Location"].startswith("/ops/")
+    assert api("schedule.get", now=now_ms(), id="nightly").status == 200
