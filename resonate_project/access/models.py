@@ -18,8 +18,11 @@ class ServiceCredential(models.Model):
     groups = models.JSONField(
         default=list, blank=True, help_text="poll groups it may stream; empty: any group"
     )
+    # db_default: the release before this column inserts credentials without it (upgrades run
+    # the migrations while that release still serves).
     push_hosts = models.JSONField(
         default=list,
+        db_default=[],
         blank=True,
         help_text="hosts (or *.domains) its http(s) addresses may name; empty: any host if it "
         "may use any group, none if it is limited to groups",

@@ -3,8 +3,6 @@ the previous release still serves, so that release must keep working on the newe
 the previous release's own code (``git archive`` of ``PREVIOUS``) runs ``manage.py serve`` on a
 PostgreSQL database migrated by this tree, and answers the protocol's basic kinds; then this
 tree's server reads what it wrote.
-
-Bump ``PREVIOUS`` when a release is cut (CHANGELOG.md).
 """
 
 from __future__ import annotations
@@ -32,10 +30,9 @@ from tests.integration.harness import (
     spawn,
     unique,
 )
+from tests.release import PREVIOUS
 
 from .conftest import require_services
-
-PREVIOUS = "bb3400d601e2251e74a2cbb75721d9efc6794c17"  # the last release (0.1.0)
 
 
 def previous_release(into: Path) -> Path:

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='servicecredential',
             name='push_hosts',
-            field=models.JSONField(blank=True, default=list, help_text='hosts (or *.domains) its http(s) addresses may name; empty: any host if it may use any group, none if it is limited to groups'),
+            field=models.JSONField(blank=True, db_default=[], default=list, help_text='hosts (or *.domains) its http(s) addresses may name; empty: any host if it may use any group, none if it is limited to groups'),
         ),
     ]
