@@ -178,8 +178,14 @@ def function_stats(now: int, minutes: int, shown: int) -> list[FunctionStats]:
             row["runs"],
             row["failures"],
         )
+    # A superset the indexes can find (settled in the window, or past a deadline in it), narrowed
+    # to the projected end below.
+    candidates = named.filter(
+        Q(settled_at__gte=first, settled_at__lte=now)
+        | Q(state=PENDING, timeout_at__gte=first, timeout_at__lte=now)
+    )
     ended = (
-        named.annotate(_end=projected_end(now))
+        candidates.annotate(_end=projected_end(now))
         .filter(_end__gte=first, _end__lte=now)
         .annotate(_took=F("_end") - F("created_at"))
         .annotate(
