@@ -24,10 +24,9 @@ from django.db.models.functions import Cast, RowNumber
 
 from promises.models import Promise
 from resonate_project.core.protocol import PENDING
+from resonate_project.core.protocol import PROMISE_STATES as PROMISE_STATES
 from resonate_project.core.tags import SCHEDULE
 from resonate_project.engine.scope import visible
-
-PROMISE_STATES = ("pending", "resolved", "rejected", "rejected_canceled", "rejected_timedout")
 
 
 def projected_state_q(state: str, now: int) -> Q:

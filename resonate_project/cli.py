@@ -24,37 +24,31 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import logging
+import os
 import re
+import signal
+import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 
-from promises import services as promises
-from promises.selectors import PROMISE_STATES
 from resonate_project import USER_AGENT
-from resonate_project.access.credentials import (
-    CredentialError,
-    credential_create,
-    credential_revoke,
-)
-from resonate_project.access.models import ServiceCredential
 from resonate_project.core import clock
 from resonate_project.core.errors import ProtocolError
 from resonate_project.core.present import decoded_text, iso, relative, span
-from resonate_project.core.protocol import Page, Response
+from resonate_project.core.protocol import PROMISE_STATES, TASK_STATES, Page, Response
 from resonate_project.core.tags import BRANCH, DELAY, ORIGIN, PARENT, SCOPE, TARGET, TIMER
-from schedules import services as schedules
-from tasks_app import services as tasks
-from tasks_app.backends import ResonateBackend
-from tasks_app.selectors import TASK_STATES
-from tasks_app.worker import Worker
+
+# With --server nothing here needs Django: manage.py runs such a call through main_remote,
+# without setting Django up (a quarter of the CPU a call costs otherwise; bench/cli_cpu.py). So
+# what the local database needs (the typed services, the models, the Tasks worker) is imported
+# where a local command runs, never at the top of this module.
 
 DEFAULT_TARGET = "poll://any@default"
 PAGE = 1000  # promises per search while walking a call tree (the protocol's maximum)
@@ -238,55 +232,66 @@ def search_args(d: dict[str, Any]) -> dict[str, Any]:
     return {"limit": d.get("limit"), "cursor": d.get("cursor"), "id_prefix": d.get("idPrefix")}
 
 
-# The request kinds the commands send, run locally through the typed services (no wire round
-# trip); with --server the same kinds go to POST / instead, so both answer alike.
-LOCAL: dict[str, Callable[[dict[str, Any], int], Any]] = {
-    "promise.get": lambda d, now: {"promise": promises.promise_get(id=d["id"], now=now)},
-    "promise.create": lambda d, now: {
-        "promise": promises.promise_create(
-            id=d["id"], timeout_at=d["timeoutAt"], param=d.get("param"), tags=d.get("tags"), now=now
-        )
-    },
-    "promise.settle": lambda d, now: {
-        "promise": promises.promise_settle(
-            id=d["id"], state=d["state"], value=d.get("value"), now=now
-        )
-    },
-    "promise.search": lambda d, now: page(
-        "promises",
-        promises.promise_search(
-            state=d.get("state"), tags=d.get("tags"), now=now, **search_args(d)
+def local_kinds() -> dict[str, Callable[[dict[str, Any], int], Any]]:
+    """The request kinds the commands send, run locally through the typed services (no wire
+    round trip); with --server the same kinds go to POST / instead, so both answer alike."""
+    from promises import services as promises
+    from schedules import services as schedules
+    from tasks_app import services as tasks
+
+    return {
+        "promise.get": lambda d, now: {"promise": promises.promise_get(id=d["id"], now=now)},
+        "promise.create": lambda d, now: {
+            "promise": promises.promise_create(
+                id=d["id"],
+                timeout_at=d["timeoutAt"],
+                param=d.get("param"),
+                tags=d.get("tags"),
+                now=now,
+            )
+        },
+        "promise.settle": lambda d, now: {
+            "promise": promises.promise_settle(
+                id=d["id"], state=d["state"], value=d.get("value"), now=now
+            )
+        },
+        "promise.search": lambda d, now: page(
+            "promises",
+            promises.promise_search(
+                state=d.get("state"), tags=d.get("tags"), now=now, **search_args(d)
+            ),
         ),
-    ),
-    "task.get": lambda d, now: {"task": tasks.task_get(id=d["id"], now=now)},
-    "task.halt": lambda d, now: done(tasks.task_halt, id=d["id"], now=now),
-    "task.continue": lambda d, now: done(tasks.task_continue, id=d["id"], now=now),
-    "task.search": lambda d, now: page(
-        "tasks", tasks.task_search(state=d.get("state"), now=now, **search_args(d))
-    ),
-    "schedule.get": lambda d, now: {"schedule": schedules.schedule_get(id=d["id"], now=now)},
-    "schedule.create": lambda d, now: {
-        "schedule": schedules.schedule_create(
-            id=d["id"],
-            cron=d["cron"],
-            promise_id=d["promiseId"],
-            promise_timeout=d["promiseTimeout"],
-            promise_param=d.get("promiseParam"),
-            promise_tags=d.get("promiseTags"),
-            now=now,
-        )
-    },
-    "schedule.delete": lambda d, now: done(schedules.schedule_delete, id=d["id"], now=now),
-    "schedule.search": lambda d, now: page(
-        "schedules", schedules.schedule_search(tags=d.get("tags"), now=now, **search_args(d))
-    ),
-}
+        "task.get": lambda d, now: {"task": tasks.task_get(id=d["id"], now=now)},
+        "task.halt": lambda d, now: done(tasks.task_halt, id=d["id"], now=now),
+        "task.continue": lambda d, now: done(tasks.task_continue, id=d["id"], now=now),
+        "task.search": lambda d, now: page(
+            "tasks", tasks.task_search(state=d.get("state"), now=now, **search_args(d))
+        ),
+        "schedule.get": lambda d, now: {"schedule": schedules.schedule_get(id=d["id"], now=now)},
+        "schedule.create": lambda d, now: {
+            "schedule": schedules.schedule_create(
+                id=d["id"],
+                cron=d["cron"],
+                promise_id=d["promiseId"],
+                promise_timeout=d["promiseTimeout"],
+                promise_param=d.get("promiseParam"),
+                promise_tags=d.get("promiseTags"),
+                now=now,
+            )
+        },
+        "schedule.delete": lambda d, now: done(schedules.schedule_delete, id=d["id"], now=now),
+        "schedule.search": lambda d, now: page(
+            "schedules", schedules.schedule_search(tags=d.get("tags"), now=now, **search_args(d))
+        ),
+    }
 
 
 def local(now: int) -> Send:
+    kinds = local_kinds()
+
     def send(kind: str, data: dict[str, Any]) -> Response:
         try:
-            return Response(200, LOCAL[kind](data, now))
+            return Response(200, kinds[kind](data, now))
         except ProtocolError as refused:
             return Response(refused.status, refused.message)
 
@@ -342,10 +347,70 @@ def run(options: dict[str, Any], out: Out) -> None:
     options["run"](Ctx(send, now, out, bool(options.get("json"))), argparse.Namespace(**options))
 
 
+# Options every management command takes (Django's BaseCommand parser; --version aside, which
+# ``invoke`` also has): a call naming one goes through Django, which knows them.
+DJANGO_OPTIONS = (
+    "-v",
+    "--verbosity",
+    "--settings",
+    "--pythonpath",
+    "--traceback",
+    "--no-color",
+    "--force-color",
+    "--skip-checks",
+)
+
+
+def wants_server(argv: list[str]) -> bool:
+    """Whether ``manage.py resonate ARGV`` can take the thin path: it names --server and none
+    of Django's own options."""
+    names = {a.split("=", 1)[0] for a in argv if a.startswith("-")}
+    return "--server" in names and not names.intersection(DJANGO_OPTIONS)
+
+
+def main_remote(argv: list[str]) -> int | None:
+    """``manage.py resonate ARGV --server URL`` without Django: the same parser and commands,
+    the requests sent to the server. None when ARGV holds anything this parser does not know
+    (Django's own options, --server on a local-only command): manage.py then runs the command
+    through Django as usual, which answers those."""
+    parser = argparse.ArgumentParser(prog="manage.py resonate", description=__doc__)
+    add_arguments(parser)
+    try:
+        options, unknown = parser.parse_known_args(argv)
+    except SystemExit as exit:  # -h, or a usage error: argparse has said so
+        return int(exit.code or 0)
+    if unknown or not options.server:
+        return None
+    with quiet_pipe():
+        try:
+            run(vars(options), lambda line: sys.stdout.write(f"{line}\n"))
+        except CliError as exc:
+            sys.stderr.write(f"CommandError: {exc}\n")  # as Django prints a command's error
+            return 1
+    return 0
+
+
+@contextlib.contextmanager
+def quiet_pipe() -> Iterator[None]:
+    """Stop quietly when stdout's reader goes away (``resonate ... | head -1``): no
+    BrokenPipeError traceback, now or when the interpreter flushes stdout at exit, and the exit
+    status of a process ended by SIGPIPE (128 + 13), as ``yes | head`` leaves."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Whatever is still buffered can go nowhere: point stdout at /dev/null for the exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
+
+
 # --- credentials --------------------------------------------------------------------------------
 
 
 def credentials_create(ctx: Ctx, args: argparse.Namespace) -> None:
+    from resonate_project.access.credentials import CredentialError, credential_create
+
     try:
         credential, token = credential_create(
             name=args.name,
@@ -364,6 +429,8 @@ def credentials_create(ctx: Ctx, args: argparse.Namespace) -> None:
 
 
 def credentials_revoke(ctx: Ctx, args: argparse.Namespace) -> None:
+    from resonate_project.access.credentials import CredentialError, credential_revoke
+
     try:
         credential = credential_revoke(name=args.name, now=ctx.now)
     except CredentialError as exc:
@@ -372,6 +439,8 @@ def credentials_revoke(ctx: Ctx, args: argparse.Namespace) -> None:
 
 
 def credentials_list(ctx: Ctx, args: argparse.Namespace) -> None:
+    from resonate_project.access.models import ServiceCredential
+
     rows = [
         [
             c.name,
@@ -392,6 +461,12 @@ def credentials_list(ctx: Ctx, args: argparse.Namespace) -> None:
 
 
 def worker(ctx: Ctx, args: argparse.Namespace) -> None:
+    from django.tasks import task_backends
+    from django.tasks.exceptions import InvalidTaskBackend
+
+    from tasks_app.backends import ResonateBackend
+    from tasks_app.worker import Worker
+
     try:
         backend = task_backends[args.backend]
     except InvalidTaskBackend as exc:

@@ -10,10 +10,9 @@ from django.db.models import Q, QuerySet
 from promises.models import Promise
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import PENDING, promise_record
+from resonate_project.core.protocol import TASK_STATES as TASK_STATES
 from resonate_project.engine import rows
 from tasks_app.models import Task, TaskState
-
-TASK_STATES = ("pending", "acquired", "suspended", "halted", "fulfilled")
 
 
 def viewed_state_q(state: str, now: int) -> Q:

@@ -21,6 +21,10 @@ PENDING = "pending"
 RESOLVED = "resolved"
 REJECTED_TIMEDOUT = "rejected_timedout"
 SETTABLE = ("resolved", "rejected", "rejected_canceled")
+# The states a search filters by, as the wire names them: a promise's projected state, a task's
+# viewed state (promises.selectors and tasks_app.selectors compute them).
+PROMISE_STATES = ("pending", "resolved", "rejected", "rejected_canceled", "rejected_timedout")
+TASK_STATES = ("pending", "acquired", "suspended", "halted", "fulfilled")
 
 
 @dataclass(slots=True)

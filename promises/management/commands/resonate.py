@@ -22,7 +22,8 @@ class Command(BaseCommand):
         cli.add_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            cli.run(options, self.stdout.write)
-        except cli.CliError as exc:
-            raise CommandError(str(exc)) from exc
+        with cli.quiet_pipe():  # `manage.py resonate ... | head -1` stops without a traceback
+            try:
+                cli.run(options, self.stdout.write)
+            except cli.CliError as exc:
+                raise CommandError(str(exc)) from exc
