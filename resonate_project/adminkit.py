@@ -264,6 +264,9 @@ class TargetGroupFilter(admin.SimpleListFilter):
 # --- instant ranges ---------------------------------------------------------------------------
 
 
+MAX_INSTANT = 2**63 - 1  # a BIGINT, the columns' type
+
+
 class BadInstant(ValueError):
     """A range bound that is not an instant; its message names the parameter."""
 
@@ -272,7 +275,7 @@ def parse_instant(name: str, text: str) -> int:
     """A range bound in ms: an integer (ms since the epoch), or an ISO date or date-time (UTC
     unless it names an offset; ``2026-12-02``, ``2026-12-02T13:05``, ``2026-12-02 13:05:09Z``)."""
     text = text.strip()
-    if text.lstrip("-").isdigit() and len(text) <= 19:
+    if text.lstrip("-").isdigit() and len(text) <= 20 and abs(int(text)) <= MAX_INSTANT:
         return int(text)
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -219,12 +219,21 @@ def test_created_and_settled_ranges(api: Api, ops: Client) -> None:
     assert '<input type="hidden" name="q" value="ne">' in page
 
 
-def test_a_bad_range_bound_is_a_400_naming_it(api: Api, ops: Client) -> None:
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("settled_to", "yesterday"),
+        ("created_from", "2026-13-01"),
+        ("created_to", str(2**63)),  # past a BIGINT
+        ("settled_from", "-" + "9" * 19),
+    ],
+)
+def test_a_bad_range_bound_is_a_400_naming_it(api: Api, ops: Client, name: str, value: str) -> None:
     ok(api, "promise.create", 1_000, id="p", timeoutAt=FAR, tags={})
-    res = ops.get(LIST, {"settled_to": "yesterday"})
+    res = ops.get(LIST, {name: value})
     assert res.status_code == 400
-    assert "settled_to" in res.content.decode()
-    assert "yesterday" in res.content.decode()
+    assert name in res.content.decode()
+    assert value in res.content.decode()
 
 
 def test_instants_read_as_utc() -> None:
