@@ -2,8 +2,8 @@
 server: log in, find a promise by id, resolve it, and see the new state and the task it woke.
 
 Without Chromium the test is skipped with the reason, except under ``CI=true``, where that is a
-failure. With ``RESONATE_SCREENSHOT=1`` it also writes ``docs/images/admin-promises.png`` (the
-tutorial's picture of the promise list) and ``docs/images/admin-overview.png`` (the operator
+failure. With ``RESONATE_SCREENSHOT=1`` it also writes ``docs/images/admin-promises.png`` (a
+picture of the promise list) and ``docs/images/admin-overview.png`` (the operator
 overview), so an ordinary run never rewrites them.
 
 The database is prepared before the browser starts and read after it stops: Playwright's sync API

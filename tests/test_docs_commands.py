@@ -134,3 +134,10 @@ def test_collectstatic_gathers_the_admin_files(shell: Shell, tmp_path: Path) -> 
     out = shell(line)
     assert "static files copied" in out, out
     assert (tmp_path / "static" / "admin" / "css" / "base.css").is_file()
+
+
+def test_the_version_line_names_the_release(shell: Shell) -> None:
+    from resonate_project import __version__
+
+    (line,) = block("docs/how-to/upgrading.md", "upgrading-version").lines()
+    assert shell(line).startswith(f"django-resonate {__version__} (Django ")
