@@ -50,6 +50,13 @@ class Task(models.Model):
             models.Index(
                 fields=["expires_at"], name="task_due_lease", condition=Q(state="acquired")
             ),
+            # The tasks waiting out a release back-off, offered again when a stream joins their
+            # group (engine.tasks.redispatch_backed_off): few rows, read on every new stream.
+            models.Index(
+                fields=["retry_at"],
+                name="task_backed_off",
+                condition=Q(state="pending", release_count__gte=2),
+            ),
         ]
         permissions = [("act_on_task", "Can halt, continue and expire tasks from the admin")]
 

@@ -28,6 +28,7 @@ from promises.models import Callback, Listener, Promise
 from resonate_project.core.protocol import Response
 from resonate_project.engine import steps as promise_steps
 from resonate_project.engine import steps as task_steps
+from resonate_project.engine.tasks import release_backoff_ms
 from resonate_project.envelope import call
 from schedules.models import Schedule
 from tasks_app.models import Task
@@ -869,7 +870,10 @@ class ResonateMachine(RuleBasedStateMachine):
                 assert t["expires_at"] == now + t["ttl"], ("lease deadline is now + ttl", t)
         if s1 == "pending" and s0 != "pending":
             assert live(cur.promises[tid], now), ("preserved_no_dead_dispatch", t)
-            assert t["retry_at"] in (now, now + RETRY_MS), ("pending entry arms retry", t)
+            # The spec arms the retry at now; a release without progress waits out its back-off
+            # first (a deviation: docs/reference/deviations.md, RELEASE_BACKOFF_*).
+            backoff = now + release_backoff_ms(t["release_count"])
+            assert t["retry_at"] in (now, now + RETRY_MS, backoff), ("pending entry arms retry", t)
         if s0 == s1 == "pending" and t["retry_at"] != old["retry_at"]:
             assert old["retry_at"] <= now < t["retry_at"], ("retry re-arm only when due", old, t)
         if s0 == "suspended" and s1 == "pending":
