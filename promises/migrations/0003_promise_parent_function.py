@@ -1,11 +1,16 @@
 """``parent`` and ``function`` as columns (the console's call tree, filters and per-function
-charts), filled in for the promises stored before them."""
+charts), filled in for the promises stored before them. Online (resonate_project.schema): the
+columns are nullable, the fill commits 1,000 rows at a time instead of holding one transaction
+over the table, and the indexes are built CONCURRENTLY on PostgreSQL, so a running server keeps
+writing meanwhile. Promises the previous release writes while this runs get no function or
+parent (it does not know them): the admin shows such a promise as a root without a name."""
 
 from typing import Any
 
 from django.db import migrations, models
 
 from resonate_project.core.calls import function_name
+from resonate_project.schema import AddIndexOnline
 
 BATCH = 1000  # rows read and written per round trip while filling the new columns
 
@@ -30,6 +35,8 @@ def fill(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
+    atomic = False
+
     dependencies = [
         ("promises", "0002_promise_act_permission"),
     ]
@@ -46,7 +53,7 @@ class Migration(migrations.Migration):
             field=models.TextField(blank=True, null=True),
         ),
         migrations.RunPython(fill, migrations.RunPython.noop, elidable=True),
-        migrations.AddIndex(
+        AddIndexOnline(
             model_name="promise",
             index=models.Index(
                 condition=models.Q(("parent__isnull", False)),
@@ -54,7 +61,7 @@ class Migration(migrations.Migration):
                 name="promise_parent",
             ),
         ),
-        migrations.AddIndex(
+        AddIndexOnline(
             model_name="promise",
             index=models.Index(
                 condition=models.Q(("function__isnull", False)),
