@@ -67,7 +67,7 @@ def children_of(parent_ids: Sequence[str], limit: int) -> list[Promise]:
     (with their tasks), oldest first. A root names itself as its parent and is not its own
     child."""
     return list(
-        Promise.objects.filter(parent__in=list(parent_ids))
+        visible(Promise.objects.filter(parent__in=list(parent_ids)))
         .exclude(parent=F("id"))
         .select_related("task")
         .order_by("created_at", "id")[:limit]

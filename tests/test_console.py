@@ -593,3 +593,29 @@ def test_schedules_are_added_and_previewed_on_a_hosts_site(api: Api, ops: Client
     assert res.status_code == 302
     assert res["Location"].startswith("/ops/")
     assert api("schedule.get", now=now_ms(), id="nightly").status == 200
+
+
+def test_a_runs_reads_keep_to_the_callers_scope(api: Api) -> None:
+    """The run page's reads go through engine.scope like every read on a caller's behalf: under
+    a tenant's prefix a tree never reaches promises outside it."""
+    from promises.selectors import root_of, run_promises
+    from resonate_project.core.principal import Principal
+    from resonate_project.engine.scope import acting_as
+
+    now = now_ms()
+    sdk_run(api, "acme-1", now)
+    ok(
+        api,
+        "promise.create",
+        now,
+        id="other-1",
+        timeoutAt=FAR,
+        tags=tree_tags("acme-1", "acme-1", "other-1"),
+    )
+    root = Promise.objects.get(id="acme-1")
+    assert "other-1" in {p.id for p in run_promises(root, 50)[0]}
+    with acting_as(Principal("tenant", prefix="acme-")):
+        assert "other-1" not in {p.id for p in run_promises(root, 50)[0]}
+    with acting_as(Principal("tenant", prefix="other-")):
+        child = Promise.objects.get(id="other-1")
+        assert root_of(child, 10).id == "other-1"  # its parent is not this tenant's to read
