@@ -2,7 +2,7 @@
 reference server's CLI.
 
 Every subcommand sends protocol requests (the kinds of ``POST /``): by default to the local
-database through the typed services (``LOCAL`` below), or with ``--server URL`` to a running
+database through the typed services (``local_kinds`` below), or with ``--server URL`` to a running
 server as envelopes over HTTP (``--token`` adds ``Authorization: Bearer``). Output is
 human-readable (aligned columns, UTC datetimes, values decoded from base64 when they are text);
 ``--json`` prints the protocol's data as JSON instead. The clock is read once per command.
