@@ -151,6 +151,16 @@ def from_your_code() -> str:
 
 DJANGO_TASKS = "docs/how-to/django-tasks.md"
 
+# The test's own mail settings, so the guide's send_mail() needs no SMTP server: Django 6.1's
+# startproject configures MAILERS (and refuses EMAIL_BACKEND beside it), 6.0's neither.
+LOCMEM_MAIL = """
+_LOCMEM = "django.core.mail.backends.locmem.EmailBackend"
+if "MAILERS" in globals():
+    MAILERS = {"default": {"BACKEND": _LOCMEM}}
+else:
+    EMAIL_BACKEND = _LOCMEM
+"""
+
 # The checkout view of the Django tasks guide, called as a request would (shop/views.py).
 CHECKOUT = r"""
 import json
@@ -207,7 +217,7 @@ def a_site_works(host: Host, name: str, databases: str, sdk: Path) -> None:
         (site / "shop/views.py").write_text(block(DJANGO_TASKS, "django-tasks-views").text)
         with (site / "mysite/settings.py").open("a") as f:
             f.write("\n" + block(DJANGO_TASKS, "django-tasks-settings").text)
-            f.write('EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"\n')
+            f.write(LOCMEM_MAIL)
     manage(host, site, "makemigrations", "shop")
     manage(host, site, "migrate", "-v", "0")
     assert "no issues" in manage(host, site, "check")
