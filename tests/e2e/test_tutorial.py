@@ -193,6 +193,8 @@ def test_the_tutorial_runs_as_written(
     promises = admin(f"/admin/promises/promise/?q={urllib.parse.quote('order-1')}")
     for id in ("order-1", "order-1:1", "order-1:2", "order-1:3"):
         assert f">{id}<" in promises or f"{id}/change/" in promises, id
+    run = admin("/admin/promises/promise/order-1/run/")
+    assert "order-1:3" in run  # the rpc, on the run's timeline
     assert "order-1:3" in admin("/admin/tasks_app/task/")
     assert "Overview" in admin("/admin/overview/")
     assert admin("/admin/outbox/message/")  # renders; the run left nothing undelivered
