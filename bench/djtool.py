@@ -13,17 +13,20 @@ the server would write it, and only the columns that must differ (id, deadlines,
     python bench/djtool.py push --limit 100 --max-seconds 60
     python bench/djtool.py pairs --count 2000        # promise.create + settle via the services
     python bench/djtool.py enqueue --count 5000      # tests.tasksapp_fixtures.noop via Django's API
+    python bench/djtool.py load-trees --prefix old --promises 1000000 --settled-before MS --fast
+    python bench/djtool.py prune --older-than-ms 3600000 --batch 200 --max-seconds 20
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,6 +42,7 @@ from outbox.models import Message  # noqa: E402
 from promises.models import Promise  # noqa: E402
 from resonate_project.core.clock import now_ms  # noqa: E402
 from resonate_project.envelope import handle_body  # noqa: E402
+from tasks_app.models import Task  # noqa: E402
 
 VERSION = "2026-04-01"
 HOUR = 3_600_000
@@ -196,6 +200,143 @@ def enqueue(count: int, batch: int = 500) -> dict[str, Any]:
     return {"enqueued": count, "seconds": seconds, "per_s": count / seconds}
 
 
+def tree_action(kind: str, pid: str, root: str, now: int, **extra: Any) -> dict[str, Any]:
+    """A promise.create or promise.settle action of an SDK-shaped tree: the root (a workflow:
+    scope global, a target, the call in its param) or a ctx.run child (scope local), tagged as
+    resonate-sdk 0.8.1 tags them (bench/lua/task_cycle.lua)."""
+    head = {"corrId": "bench", "version": VERSION}
+    if kind == "settle":
+        value = {"headers": {}, "data": base64.b64encode(b'{"ok":true}').decode()}
+        return {
+            "kind": "promise.settle",
+            "head": head,
+            "data": {"id": pid, "state": "resolved", "value": value},
+        }
+    tags = {"resonate:origin": root, "resonate:branch": root, "resonate:parent": root}
+    if pid == root:
+        call_ = {"func": "bench_workflow", "args": [1], "kwargs": {}, "version": 1}
+        data = base64.b64encode(json.dumps(call_).encode()).decode()
+        tags |= {"resonate:scope": "global", "resonate:target": "poll://any@bench"}
+    else:
+        data, tags["resonate:scope"] = "e30=", "local"
+    param = {"headers": {}, "data": data}
+    body = {"id": pid, "timeoutAt": now + HOUR, "param": param, "tags": tags, **extra}
+    return {"kind": "promise.create", "head": head, "data": body}
+
+
+SECONDARY_INDEXES = """
+SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
+WHERE t.relname IN ('promises_promise', 'tasks_app_task')
+  AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
+"""
+
+
+def load_trees(prefix: str, promises: int, settled_before: int, fast: bool) -> dict[str, Any]:
+    """``promises // 3`` settled SDK-shaped trees ``<prefix>-<g>``: a workflow root whose task is
+    fulfilled and two ctx.run children ``:1`` and ``:2``, written once through the handlers
+    (task.create, task.fence, task.fulfill) as templates and cloned. Tree ``g`` settled at
+    ``settled_before - trees + g`` (ms; its children 2 and 1 ms before it): one tree per ms.
+
+    ``fast`` (a database nothing else uses): the secondary indexes of the two tables are dropped
+    for the load and built afterwards, and the foreign key checks skipped (every task's promise is
+    in the same load) — PostgreSQL's own advice for a bulk load; the indexes come out the same."""
+    trees = promises // 3
+    now = now_ms()
+    root = f"{prefix}-template"
+    create = tree_action("create", root, root, now)
+    call("task.create", {"pid": "bench-w", "ttl": 60_000, "action": create}, now)
+    for child in (f"{root}:1", f"{root}:2"):
+        for kind in ("create", "settle"):
+            action = tree_action(kind, child, root, now)
+            call("task.fence", {"id": root, "version": 1, "action": action}, now)
+    call(
+        "task.fulfill",
+        {"id": root, "version": 1, "action": tree_action("settle", root, root, now)},
+        now,
+    )
+    r = f"'{prefix}-' || g"
+    settled = f"({settled_before - trees} + g)"
+    ids = {root: r, f"{root}:1": f"{r} || ':1'", f"{root}:2": f"{r} || ':2'"}
+    offset = {root: 0, f"{root}:1": 2, f"{root}:2": 1}
+    t0 = time.perf_counter()
+    dropped: list[tuple[str, str]] = []
+    with transaction.atomic(), connection.cursor() as cur:
+        if fast:
+            cur.execute("SET LOCAL session_replication_role = replica")
+            cur.execute("SET LOCAL maintenance_work_mem = '512MB'")
+            cur.execute(SECONDARY_INDEXES)
+            dropped = [(name, ddl) for name, ddl in cur.fetchall()]
+            for name, _ in dropped:
+                cur.execute(f"DROP INDEX {name}")
+        for template, pid in ids.items():
+            at = f"{settled} - {offset[template]}"
+            clone(
+                Promise._meta.db_table,
+                "id",
+                template,
+                trees,
+                {
+                    "id": pid,
+                    "tags": f"t.tags || jsonb_build_object('resonate:origin', {r}, "
+                    f"'resonate:branch', {r}, 'resonate:parent', {r})",
+                    "branch": r,
+                    "parent": r,
+                    "created_at": f"{at} - 40",
+                    "settled_at": at,
+                    "timeout_at": f"{at} + {HOUR}",
+                },
+            )
+        clone(Task._meta.db_table, "id", root, trees, {"id": r})
+        loaded = time.perf_counter() - t0
+        for _, ddl in dropped:
+            cur.execute(ddl)
+    built = time.perf_counter() - t0 - loaded
+    Message.objects.filter(task_id=root).delete()
+    Promise.objects.filter(id__in=list(ids)).delete()
+    return {
+        "trees": trees,
+        "promises": 3 * trees,
+        "tasks": trees,
+        "insert_seconds": loaded,
+        "index_seconds": built,
+        "seconds": time.perf_counter() - t0,
+        "rebuilt_indexes": [name for name, _ in dropped],
+    }
+
+
+def prune(older_than_ms: int, batch: int, max_seconds: float) -> dict[str, Any]:
+    """Retention's passes back to back (``engine.retention.prune_pass`` with its cursor, as the
+    step runner calls it, without the interval between passes) for ``max_seconds`` or until a
+    pass reads nothing more to delete. Prints a line when it starts, so the caller can start
+    its load then."""
+    from resonate_project.engine.retention import Cursor, Policy, Pruned, prune_pass
+
+    policy = Policy(promises_ms=older_than_ms)
+    total, cursor, passes = Pruned(), cast(Cursor | None, None), 0
+    print("pruning", flush=True)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < max_seconds:
+        one = prune_pass(now_ms(), policy, batch=batch, cursor=cursor)
+        total.add(one)
+        cursor, passes = one.cursor, passes + 1
+        if not one.more and not one.trees:
+            break
+    seconds = time.perf_counter() - t0
+    counts = total.counts()
+    rows = counts["promises"] + counts["tasks"] + counts["django_tasks"] + counts["dead_letters"]
+    return {
+        **counts,
+        "kept": total.kept,
+        "passes": passes,
+        "batch": batch,
+        "rows": rows,
+        "seconds": seconds,
+        "rows_per_s": rows / seconds if seconds else 0.0,
+        "promises_per_s": counts["promises"] / seconds if seconds else 0.0,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -217,6 +358,15 @@ def main() -> None:
     p.add_argument("--count", type=int, required=True)
     p = sub.add_parser("enqueue")
     p.add_argument("--count", type=int, required=True)
+    p = sub.add_parser("load-trees")
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--promises", type=int, required=True)
+    p.add_argument("--settled-before", type=int, required=True, help="ms")
+    p.add_argument("--fast", action="store_true")
+    p = sub.add_parser("prune")
+    p.add_argument("--older-than-ms", type=int, required=True)
+    p.add_argument("--batch", type=int, default=200)
+    p.add_argument("--max-seconds", type=float, default=30)
     args = parser.parse_args()
     if args.cmd == "pairs":
         out = pairs(args.count)
@@ -226,6 +376,10 @@ def main() -> None:
         out = load_promises(args.prefix, args.count, args.state)
     elif args.cmd == "load-outbox":
         out = load_outbox(args.address, args.count, args.prefix)
+    elif args.cmd == "load-trees":
+        out = load_trees(args.prefix, args.promises, args.settled_before, args.fast)
+    elif args.cmd == "prune":
+        out = prune(args.older_than_ms, args.batch, args.max_seconds)
     elif args.cmd == "sweep":
         out = sweep(args.limit, args.max_seconds)
     else:

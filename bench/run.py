@@ -31,6 +31,16 @@ each protocol figure next to the database's own ceiling measured in the same run
    (concurrency 1, then 4): tasks/s, the worker's CPU seconds per 1,000 tasks, and the ratio to
    promise.create + promise.settle pairs through the typed services on one connection (the
    same path without the worker), measured in the same run.
+8. Growth (``growth``): a second fresh database holding 10,000,000 settled SDK-shaped promises
+   with their tasks (1,000,000 with ``--quick``; built with SQL by bench/djtool.py load-trees).
+   (a) create+settle and the task cycle from wrk on it and on the empty one, in ABBA order, each
+   run on a fresh server: the ratio of medians, min and max, load averages, CPU per 1,000
+   requests; (b) retention's passes back to back (engine.retention.prune_pass) while loadgen
+   offers create+settle at a fixed rate (half the empty database's rate): rows deleted per
+   second, and the load's p99 then over its p99 without pruning; (c) pg_total_relation_size and
+   each index's pg_relation_size of the hot tables before the prune, after it, after a plain
+   VACUUM, and after as many promises as were pruned were inserted again: space is reused when
+   the tables do not grow.
 
 It creates a fresh database ``resonate_bench_<random>`` on the server at ``--pg-url``, migrates it,
 and drops it at the end. All load goes to 127.0.0.1; every loop is bounded in count and time.
@@ -38,6 +48,7 @@ Logs the 1-minute load average before every measured run; prints one table and w
 bench/results/latest.json.
 
     .venv/bin/python bench/run.py [--quick] [--only ceiling,http,dispatch,timers,djtasks,...]
+    .venv/bin/python bench/run.py --only growth --growth-promises 200000   # a smaller growth run
     .venv/bin/python bench/run.py --markdown bench/results/latest.json   # the table as Markdown
 """
 
@@ -85,6 +96,7 @@ SECTIONS = (
     "sweep",
     "metrics",
     "djtasks",
+    "growth",
 )
 REPEATS = 3  # each protocol figure is the median of this many runs, min and max beside it
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -894,6 +906,219 @@ def djtasks(db: Database, count: int, max_seconds: int) -> dict[str, Any]:
     return out
 
 
+# --- 8. growth -----------------------------------------------------------------------------------
+
+DAY = 24 * HOUR
+# The tables every request or step writes; their sizes are reported, and the reuse check is on
+# the first two (the rows the prune deletes and the load inserts again).
+HOT_TABLES = (
+    "promises_promise",
+    "tasks_app_task",
+    "outbox_message",
+    "promises_callback",
+    "promises_listener",
+)
+GROWTH_CONNS = 8
+GROWTH_THREADS = 2  # the PostgreSQL default of WEB_THREADS
+PRUNE_BATCH = 200  # RETENTION_BATCH's default
+REUSE_TOLERANCE = 0.01  # of the heap freed: a few pages a new insert may still add
+
+
+def relation_sizes(db: Database) -> dict[str, Any]:
+    """Per hot table: pg_total_relation_size (heap, indexes, TOAST), the heap alone, each index,
+    and the live and dead rows the statistics count."""
+    out: dict[str, Any] = {}
+    with db.connect() as conn:
+        for table in HOT_TABLES:
+            total, heap, live, dead = conn.execute(
+                "SELECT pg_total_relation_size(c.oid), pg_relation_size(c.oid),"
+                " s.n_live_tup, s.n_dead_tup FROM pg_class c"
+                " JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.relname = %s",
+                [table],
+            ).fetchone() or (0, 0, 0, 0)
+            indexes = dict(
+                conn.execute(
+                    "SELECT indexrelid::regclass::text, pg_relation_size(indexrelid)"
+                    " FROM pg_index WHERE indrelid = %s::regclass ORDER BY 1",
+                    [table],
+                ).fetchall()
+            )
+            out[table] = {
+                "total": total,
+                "heap": heap,
+                "indexes": indexes,
+                "live_rows": live,
+                "dead_rows": dead,
+            }
+    return out
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def growth_http(empty: Database, full: Database, seconds: int, repeats: int) -> dict[str, Any]:
+    """Both workloads on both databases, each run on a fresh server in ABBA order (empty, full,
+    full, empty, ...) so a drift of the machine's load favours neither; the empty database is
+    emptied before each of its runs."""
+    workers = 1 if serve_has_workers() else None
+    env = {"RESONATE_WEB_THREADS": str(GROWTH_THREADS)}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        w: {"empty": [], "full": []} for w in ("pair", "cycle")
+    }
+    for i in range(repeats):
+        for name in ("empty", "full") if i % 2 == 0 else ("full", "empty"):
+            db = empty if name == "empty" else full
+            if name == "empty":
+                db.reset()
+            with Server(db, workers, env=env) as server:
+                wrk(server.url, "pair", 4, 2)  # warm up
+                for workload in ("pair", "cycle"):
+                    load = log_load(f"growth {workload} on the {name} database, run {i + 1}")
+                    cpu, pg = server.cpu_seconds(), postgres_cpu_seconds()
+                    r = wrk(server.url, workload, GROWTH_CONNS, seconds)
+                    r["cpu_per_1k"] = per_thousand(server.cpu_seconds() - cpu, r["requests"])
+                    r["pg_cpu_per_1k"] = per_thousand(postgres_cpu_seconds() - pg, r["requests"])
+                    r["load_average"] = load
+                    runs[workload][name].append(r)
+                    log(
+                        f"growth {workload:5s} {name:5s}: {r['rps']:7.0f} req/s "
+                        f"p99 {r['p99_ms']:.1f} ms cpu {r['cpu_per_1k']:.2f} s/1k, "
+                        f"PostgreSQL {r['pg_cpu_per_1k']:.2f}; non200 {r['non200']}"
+                    )
+    out: dict[str, Any] = {"workers": workers, "threads": GROWTH_THREADS, "conns": GROWTH_CONNS}
+    for workload, by_db in runs.items():
+        summary: dict[str, Any] = {}
+        for name, rs in by_db.items():
+            summary[name] = {
+                key: spread([r[key] for r in rs])
+                for key in ("rps", "p99_ms", "cpu_per_1k", "pg_cpu_per_1k", "load_average")
+            }
+            summary[name]["non200"] = sum(r["non200"] for r in rs)
+            summary[name]["runs"] = rs
+        summary["ratio"] = summary["full"]["rps"]["median"] / summary["empty"]["rps"]["median"]
+        out[workload] = summary
+    return out
+
+
+def prune_under_load(db: Database, rate: float, seconds: int, repeats: int) -> dict[str, Any]:
+    """Create+settle at ``rate`` from loadgen on one server: alone, then with retention's passes
+    running back to back beside it (bench/djtool.py prune, window an hour: only the built trees
+    qualify, never the load's own promises), ``repeats`` times."""
+    alone: list[dict[str, Any]] = []
+    during: list[dict[str, Any]] = []
+    pruned: list[dict[str, Any]] = []
+    workers = 1 if serve_has_workers() else None
+    env = {"RESONATE_WEB_THREADS": str(GROWTH_THREADS)}
+    with Server(db, workers, env=env) as server:
+        wrk(server.url, "pair", 4, 2)  # warm up
+        for i in range(repeats):
+            load = log_load(f"growth: create+settle at {rate:.0f} req/s, no pruning, run {i + 1}")
+            a = loadgen(server.url, "pair", rate, GROWTH_CONNS, seconds)
+            a["load_average"] = load
+            alone.append(a)
+            load = log_load(f"growth: create+settle at {rate:.0f} req/s while pruning, run {i + 1}")
+            cmd = [PY, str(BENCH / "djtool.py"), "prune", "--older-than-ms", str(HOUR)]
+            cmd += ["--batch", str(PRUNE_BATCH), "--max-seconds", str(seconds + 1)]
+            pruner = subprocess.Popen(
+                cmd, cwd=ROOT, env=env_for(db), stdout=subprocess.PIPE, text=True
+            )
+            try:
+                assert pruner.stdout is not None
+                pruner.stdout.readline()  # "pruning": its passes have started
+                d = loadgen(server.url, "pair", rate, GROWTH_CONNS, seconds)
+                out, _ = pruner.communicate(timeout=seconds + 120)
+            finally:
+                if pruner.poll() is None:
+                    pruner.kill()
+                    pruner.wait(10)
+            d["load_average"] = load
+            during.append(d)
+            p = json.loads(out.strip().splitlines()[-1])
+            pruned.append(p)
+            log(
+                f"growth: p99 {a['p99_ms']:.1f} ms alone, {d['p99_ms']:.1f} ms while pruning "
+                f"{p['rows_per_s']:.0f} rows/s ({p['promises']} promises, {p['tasks']} tasks "
+                f"in {p['seconds']:.1f} s); non200 {a['non200']} / {d['non200']}"
+            )
+    p99_alone = spread([a["p99_ms"] for a in alone])
+    p99_during = spread([d["p99_ms"] for d in during])
+    return {
+        "rate": rate,
+        "seconds": seconds,
+        "batch": PRUNE_BATCH,
+        "alone": alone,
+        "during": during,
+        "pruned": pruned,
+        "p99_alone_ms": p99_alone,
+        "p99_during_ms": p99_during,
+        "p99_ratio": p99_during["median"] / p99_alone["median"],
+        "rows_per_s": spread([p["rows_per_s"] for p in pruned]),
+        "promises_per_s": spread([p["promises_per_s"] for p in pruned]),
+        "promises": sum(p["promises"] for p in pruned),
+        "tasks": sum(p["tasks"] for p in pruned),
+        "achieved_rate": spread([d["achieved_rate"] for d in during]),
+    }
+
+
+def growth(
+    server_url: str, keep: bool, empty: Database, promises: int, seconds: int, repeats: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"promises_built": promises}
+    with bench_database(server_url, keep) as full:
+        log(f"growth: building {promises:,} settled promises with their tasks")
+        before = now_ms() - DAY
+        built = djtool(
+            full, "load-trees", "--prefix", "old", "--promises", str(promises),
+            "--settled-before", str(before), "--fast", timeout=3600,
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        full.sql("VACUUM ANALYZE", "CHECKPOINT")
+        built["vacuum_analyze_seconds"] = time.perf_counter() - t0
+        out["build"] = built
+        log(
+            f"growth: built {built['promises']:,} promises and {built['tasks']:,} tasks: insert "
+            f"{built['insert_seconds']:.0f} s, indexes {built['index_seconds']:.0f} s, "
+            f"VACUUM ANALYZE {built['vacuum_analyze_seconds']:.0f} s"
+        )
+        out["http"] = growth_http(empty, full, seconds, repeats)
+        out["sizes_before"] = relation_sizes(full)
+        rate = out["http"]["pair"]["empty"]["rps"]["median"] / 2
+        out["prune"] = prune_under_load(full, rate, max(seconds * 2, 10), repeats)
+        full.sql("ANALYZE")  # the statistics' dead rows (autovacuum may be off on this server)
+        out["sizes_pruned"] = relation_sizes(full)
+        log_load("growth: VACUUM of the hot tables")
+        t0 = time.perf_counter()
+        full.sql(f"VACUUM (ANALYZE) {', '.join(HOT_TABLES)}")
+        out["vacuum_seconds"] = time.perf_counter() - t0
+        out["sizes_vacuumed"] = relation_sizes(full)
+        again = out["prune"]["promises"]
+        log(f"growth: VACUUM {out['vacuum_seconds']:.1f} s; inserting {again:,} promises again")
+        if again >= 3:
+            out["reinsert"] = djtool(
+                full, "load-trees", "--prefix", "new", "--promises", str(again),
+                "--settled-before", str(now_ms() - DAY), timeout=3600,
+            )  # fmt: skip
+        full.sql("ANALYZE")
+        out["sizes_reinserted"] = relation_sizes(full)
+    vac, again_sizes = out["sizes_vacuumed"], out["sizes_reinserted"]
+    freed = out["sizes_before"]
+    out["reuse"] = {}
+    for table in ("promises_promise", "tasks_app_task"):
+        grown = again_sizes[table]["heap"] - vac[table]["heap"]
+        live_freed = max(freed[table]["live_rows"] - vac[table]["live_rows"], 1)
+        bytes_per_row = freed[table]["heap"] / max(freed[table]["live_rows"], 1)
+        allowance = REUSE_TOLERANCE * live_freed * bytes_per_row + 8192 * 4
+        out["reuse"][table] = {
+            "heap_grown": grown,
+            "index_grown": sum(again_sizes[table]["indexes"].values())
+            - sum(vac[table]["indexes"].values()),
+            "rows_freed": live_freed,
+            "reused": grown <= allowance,
+        }
+    return out
+
+
 def machine() -> dict[str, Any]:
     cpu = ""
     with contextlib.suppress(OSError):
@@ -1153,6 +1378,75 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     f"({fmt(dj['pairs']['per_s'], '/s')})",
                 )
             )
+    if "growth" in res:
+        g = res["growth"]
+        built = f"{g['build']['promises']:,}"
+        for key, label in (("pair", "create+settle"), ("cycle", "task cycle")):
+            w = g["http"][key]
+            rows.append(
+                (
+                    f"8 growth {label}: req/s with {built} settled / empty",
+                    f"{ranged(w['full']['rps'])} / {ranged(w['empty']['rps'])}",
+                    "ratio ≥ 0.9",
+                    f"{met(w['ratio'] >= 0.9)}; {w['ratio']:.2f}; load average "
+                    f"{ranged(w['full']['load_average'], '', 2)} / "
+                    f"{ranged(w['empty']['load_average'], '', 2)}",
+                )
+            )
+            rows.append(
+                (
+                    f"8 growth {label}: CPU s per 1,000 requests server, PostgreSQL: "
+                    "settled / empty",
+                    f"{ranged(w['full']['cpu_per_1k'], '', 2)}, "
+                    f"{ranged(w['full']['pg_cpu_per_1k'], '', 2)} / "
+                    f"{ranged(w['empty']['cpu_per_1k'], '', 2)}, "
+                    f"{ranged(w['empty']['pg_cpu_per_1k'], '', 2)}",
+                    "-",
+                    f"p99 {ranged(w['full']['p99_ms'], ' ms', 1)} / "
+                    f"{ranged(w['empty']['p99_ms'], ' ms', 1)}",
+                )
+            )
+        p = g["prune"]
+        rows.append(
+            (
+                f"8 growth pruning rate under create+settle at {p['rate']:.0f} req/s "
+                f"(batch {p['batch']}, passes back to back)",
+                f"{ranged(p['rows_per_s'])} rows/s ({ranged(p['promises_per_s'])} promises/s)",
+                "-",
+                f"{p['promises']:,} promises, {p['tasks']:,} tasks deleted",
+            )
+        )
+        rows.append(
+            (
+                f"8 growth create+settle p99 at {p['rate']:.0f} req/s, pruning / not",
+                f"{ranged(p['p99_during_ms'], ' ms', 1)} / {ranged(p['p99_alone_ms'], ' ms', 1)}",
+                "≤ 2x",
+                f"{met(p['p99_ratio'] <= 2)}; {p['p99_ratio']:.2f}x",
+            )
+        )
+        stages = ("sizes_before", "sizes_pruned", "sizes_vacuumed", "sizes_reinserted")
+        for table in HOT_TABLES:
+            sizes = [g[k][table] for k in stages]
+            rows.append(
+                (
+                    f"8 growth {table}: total size before / pruned / VACUUM / inserted again",
+                    " / ".join(mib(x["total"]) for x in sizes),
+                    "-",
+                    f"heap {mib(sizes[0]['heap'])}, indexes "
+                    f"{mib(sum(sizes[0]['indexes'].values()))}; live rows "
+                    f"{sizes[0]['live_rows']:,} -> {sizes[2]['live_rows']:,}",
+                )
+            )
+        for table, r in g["reuse"].items():
+            rows.append(
+                (
+                    f"8 growth {table}: heap growth on inserting the pruned count again "
+                    "after VACUUM",
+                    f"{r['heap_grown']:,} bytes (indexes {r['index_grown']:+,} bytes)",
+                    "space reused (no growth)",
+                    met(r["reused"]),
+                )
+            )
     return rows
 
 
@@ -1187,6 +1481,11 @@ def main() -> None:
         help="the broker of the Celery timer run (a Redis database nothing else uses)",
     )
     parser.add_argument("--keep-db", action="store_true")
+    parser.add_argument(
+        "--growth-promises",
+        type=int,
+        help="settled promises the growth section builds (default 10,000,000; 1,000,000 quick)",
+    )
     parser.add_argument(
         "--markdown", metavar="JSON", help="print a results file's table as Markdown"
     )
@@ -1233,6 +1532,9 @@ def main() -> None:
         if "sweep" in only:
             count, settled = (20_000, 200_000) if q else (100_000, 1_000_000)
             res["sweep"] = sweep(db, count, settled, 240)
+        if "growth" in only:
+            n = args.growth_promises or (1_000_000 if q else 10_000_000)
+            res["growth"] = growth(args.pg_url, args.keep_db, db, n, 3 if q else 5, REPEATS)
     res["seconds"] = time.perf_counter() - started
     res["table"] = table(res)
     print()
