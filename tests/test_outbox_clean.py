@@ -291,6 +291,16 @@ def test_the_cleanup_step_deletes_stale_executes_nobody_would_claim(api):
     assert counter("resonate_outbox_stale_skipped_total", kind="execute") == before + 2
 
 
+def test_a_backlog_of_executes_still_owed_does_not_hide_a_stale_one_from_the_sweep(api):
+    """Each run reads a bounded window of due executes and goes on from there next time."""
+    for tid in ("a-owed", "b-owed", "c-stale"):
+        targeted(api, tid, target="poll://any@nobody")
+    acquire(api, "c-stale", 0, 2_000)
+    assert enqueue.drop_stale_executes(10**9, 2) == 0  # a-owed, b-owed: both still owed
+    assert enqueue.drop_stale_executes(10**9, 2) == 1  # then c-stale
+    assert sorted(Message.objects.values_list("key", flat=True)) == ["a-owed", "b-owed"]
+
+
 # --- 2. undeliverable unicast -----------------------------------------------------------------
 
 

@@ -117,6 +117,12 @@ def set_aside_undeliverable(now: int, limit: int) -> int:
     return n
 
 
+# Where the stale-execute sweep of this process goes on from (an outbox key; "" from the start):
+# each run reads at most ``limit`` due executes, so a large backlog of executes still owed costs
+# a tick a bounded read, and every due execute is looked at within a few ticks.
+_stale_after = [""]
+
+
 def drop_stale_executes(now: int, limit: int) -> int:
     """Delete the due ``execute`` messages whose task is no longer pending at the message's
     version (acquired or released past it, suspended, halted, fulfilled, or its promise settled
@@ -131,21 +137,25 @@ def drop_stale_executes(now: int, limit: int) -> int:
         promise__state=PromiseState.PENDING,
         promise__timeout_at__gt=now,
     )
+    due = Message.objects.filter(kind="execute", dead_at__isnull=True, next_attempt_at__lte=now)
     with transaction.atomic():
+        looked = list(
+            due.filter(key__gt=_stale_after[0])
+            .order_by("key")
+            .values_list("key", flat=True)[:limit]
+        )
+        _stale_after[0] = looked[-1] if len(looked) == limit else ""
+        if not looked:
+            return 0
         keys = list(
-            Message.objects.select_for_update(skip_locked=True)
-            .filter(kind="execute", dead_at__isnull=True, next_attempt_at__lte=now)
+            due.select_for_update(skip_locked=True)
+            .filter(key__in=looked)
             .filter(Exists(tasks))  # a task that does not exist (debug.reset) is not judged
             .exclude(Exists(current))
-            .order_by("next_attempt_at")
-            .values_list("key", flat=True)[:limit]
+            .values_list("key", flat=True)
         )
         if not keys:
             return 0
-        n, _ = (
-            Message.objects.filter(key__in=keys, kind="execute", next_attempt_at__lte=now)
-            .exclude(Exists(current))
-            .delete()
-        )
+        n, _ = due.filter(key__in=keys).exclude(Exists(current)).delete()
     metrics.record_stale_skipped("execute", n)
     return n
