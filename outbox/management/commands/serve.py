@@ -15,6 +15,8 @@ from resonate_project import __version__
 from resonate_project.core.conf import resonate_settings
 from resonate_project.engine.wake import celery_enabled
 
+STANDALONE_STORAGE = "resonate_project.static.Storage"
+
 
 class Command(BaseCommand):
     help = "Serve the Resonate protocol: POST / and GET /poll/{group}/{id}."
@@ -80,10 +82,12 @@ class Command(BaseCommand):
         for warning in decision.warnings:
             self.stderr.write(self.style.WARNING(warning))
         # The standalone settings' storage collects its files here, before any process serves
-        # them; a host's own storage is left alone (resonate_project/static.py).
-        from resonate_project.static import collect_if_stale
+        # them; a host's own storage is left alone, and needs no WhiteNoise installed
+        # (resonate_project/static.py).
+        if settings.STORAGES.get("staticfiles", {}).get("BACKEND") == STANDALONE_STORAGE:
+            from resonate_project.static import collect_if_stale
 
-        collect_if_stale(self.stdout.write)
+            collect_if_stale(self.stdout.write)
         embedded = options["embedded"]
         if embedded is None:
             embedded = not celery_enabled()
