@@ -619,3 +619,34 @@ def test_a_runs_reads_keep_to_the_callers_scope(api: Api) -> None:
     with acting_as(Principal("tenant", prefix="other-")):
         child = Promise.objects.get(id="other-1")
         assert root_of(child, 10).id == "other-1"  # its parent is not this tenant's to read
+
+
+def test_a_stream_this_process_holds_shows_since_when(
+    api: Api, ops: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The web process rendering the overview knows when it opened its own streams."""
+    import asyncio
+
+    from outbox import hub as hubs
+    from outbox.models import Subscriber
+    from resonate_project.core.present import iso
+
+    held = hubs.Hub(clock=lambda: 1_000, autostart=False)  # no delivery thread in this test
+    monkeypatch.setattr(hubs, "_hub", held)
+
+    async def connect() -> hubs.Stream | None:
+        return held.connect("default", "worker-7")
+
+    stream = asyncio.run(connect())
+    assert stream is not None
+    now = now_ms()
+    Subscriber.objects.create(
+        group="default", stream_id="worker-7", process=hubs.PROCESS, seen_at=now
+    )
+    Subscriber.objects.create(group="default", stream_id="elsewhere", process="web-b", seen_at=now)
+    html = ops.get(OVERVIEW).content.decode()
+    streams = section(html, "streams")
+    mine = streams[streams.index('data-id="worker-7"') :]
+    assert iso(stream.opened_at) in mine[: mine.index("</tr>")]
+    other = streams[streams.index('data-id="elsewhere"') :]
+    assert "—" in other[: other.index("</tr>")]
