@@ -184,6 +184,12 @@ def test_the_tutorial_runs_as_written(
     assert "resonate:target=poll://any@shop" in out
     assert re.search(r"^order-1:3\s+fulfilled", out, re.M), out
 
+    # Step 1's page at /, in a browser.
+    page_req = urllib.request.Request(f"http://127.0.0.1:{port}/", headers={"Accept": "text/html"})
+    with urllib.request.urlopen(page_req, timeout=30) as res:
+        root = res.read().decode()
+    assert 'href="/admin/"' in root, root[:2000]
+
     # The admin, as step 6 shows it.
     superuser = block(TUTORIAL, "tutorial-superuser").text
     bash("source .venv/bin/activate\n" + superuser, ROOT, env)
