@@ -18,7 +18,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_asy
 from django.conf import settings
 from django.contrib.staticfiles import finders
 from django.contrib.staticfiles.storage import staticfiles_storage
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from whitenoise.middleware import WhiteNoiseMiddleware
 from whitenoise.storage import CompressedManifestStaticFilesStorage
@@ -27,7 +27,14 @@ from whitenoise.storage import CompressedManifestStaticFilesStorage
 class Storage(CompressedManifestStaticFilesStorage):
     """WhiteNoise's compressed manifest storage, except that a name the manifest lacks (nothing
     collected yet: a test run, ``uvicorn resonate_project.asgi:application`` started by hand)
-    keeps its plain URL instead of failing the page that links it."""
+    keeps its plain URL instead of failing the page that links it, and a STATIC_ROOT that cannot
+    be read counts as nothing collected (``serve`` then says why it cannot collect)."""
+
+    def read_manifest(self) -> str | None:
+        try:
+            return cast(str | None, super().read_manifest())
+        except OSError:  # STATIC_ROOT unreadable (not a directory, say): as if none were there
+            return None
 
     def stored_name(self, name: str) -> str:
         try:
@@ -45,7 +52,7 @@ def stale_reason() -> str | None:
     try:
         collected = manifest.stat().st_mtime
         paths = Storage(location=settings.STATIC_ROOT).load_manifest()[0]
-    except (FileNotFoundError, ValueError):
+    except (OSError, ValueError):  # missing, unreadable, or not a manifest
         return f"no manifest at {manifest}"
     for finder in finders.get_finders():
         for path, storage in finder.list(None):
@@ -64,14 +71,21 @@ def collect_if_stale(out: Callable[[str], Any]) -> None:
     if stale_reason() is None:
         return
     root = Path(settings.STATIC_ROOT)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / f".{root.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        reason = stale_reason()  # another server may have collected meanwhile
-        if reason is None:
-            return
-        out(f"collecting static files into {root} ({reason})")
-        call_command("collectstatic", interactive=False, verbosity=0)
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with open(root.parent / f".{root.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            reason = stale_reason()  # another server may have collected meanwhile
+            if reason is None:
+                return
+            out(f"collecting static files into {root} ({reason})")
+            call_command("collectstatic", interactive=False, verbosity=0)
+    except OSError as exc:
+        raise CommandError(
+            f"cannot collect the static files into {root} (STATIC_ROOT): {exc}. Run "
+            "`manage.py collectstatic --noinput` where it is writable (at build time), or set "
+            "DJANGO_STATIC_ROOT to a writable directory"
+        ) from exc
         # The storage read the old manifest when it was built: read the new one.
         storage = cast(Storage, staticfiles_storage)
         storage.hashed_files, storage.manifest_hash = storage.load_manifest()

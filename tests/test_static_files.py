@@ -195,3 +195,22 @@ def test_the_served_root_answers_a_browser_with_a_page_and_a_client_with_json(
     assert json.loads(refused.value.read()) == {
         "error": "POST a {kind, head, data} envelope to this URL"
     }
+
+
+def test_a_static_root_that_cannot_be_written_stops_serve_with_what_to_do(tmp_path: Path) -> None:
+    """Nothing collected and nowhere to collect to: serve refuses to start unstyled, naming the
+    directory and the fix, without a traceback."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RESONATE_", "DJANGO_"))}
+    env.update(
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        DJANGO_STATIC_ROOT=str(blocker / "static"),
+        CELERY_BROKER_URL="",
+    )
+    argv = [PYTHON, "manage.py", "serve", "--host", HOST, "--port", str(free_port())]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert f"cannot collect the static files into {blocker / 'static'}" in done.stderr
+    assert "DJANGO_STATIC_ROOT" in done.stderr
+    assert "Traceback" not in done.stderr
