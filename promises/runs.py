@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Model, Q
 from django.urls import NoReverseMatch
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -80,7 +80,7 @@ class Step:
 
     @property
     def task_link(self) -> SafeString | str:
-        return EMPTY if self.task is None else link(self.task, self.promise.id, self.site)
+        return EMPTY if self.task is None else site_link(self.task, self.promise.id, self.site)
 
     @property
     def lease(self) -> SafeString | str:
@@ -96,11 +96,7 @@ class Step:
 
     @property
     def duration(self) -> str:
-        return span((self.end or 0) - self.start) if self.end is not None else EMPTY
-
-    @property
-    def running_for(self) -> str:
-        return "" if self.end is not None else "still pending"
+        return EMPTY if self.end is None else span(self.end - self.start)
 
     @property
     def attempts(self) -> str:
@@ -187,12 +183,13 @@ class Owed:
         return getattr(self.message, name)
 
 
-def message_link(m: Message, site: str) -> SafeString | str:
-    """A link to the message on this site, or its key where the site does not show messages."""
+def site_link(obj: Model, text: str, site: str) -> SafeString | str:
+    """A link to ``obj`` on this site, or ``text`` where the site does not show its model (a host
+    may register the promises' admin alone)."""
     try:
-        return link(m, "message", site)
+        return link(obj, text, site)
     except NoReverseMatch:
-        return m.key
+        return text
 
 
 def message_status(m: Message, now: int) -> str:
@@ -235,7 +232,9 @@ def run_context(root: Promise, now: int, site: str) -> dict[str, Any]:
             :RELATED_SHOWN
         ]
     )
-    messages = [Owed(m, message_link(m, site), message_status(m, now)) for m in messages_for(ids)]
+    messages = [
+        Owed(m, site_link(m, "message", site), message_status(m, now)) for m in messages_for(ids)
+    ]
     return {
         "root": root,
         "root_state": state,

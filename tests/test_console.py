@@ -650,3 +650,14 @@ def test_a_stream_this_process_holds_shows_since_when(
     assert iso(stream.opened_at) in mine[: mine.index("</tr>")]
     other = streams[streams.index('data-id="elsewhere"') :]
     assert "—" in other[: other.index("</tr>")]
+
+
+@pytest.mark.urls("tests.promises_only_site")
+def test_the_run_page_on_a_site_without_the_task_and_outbox_admins(api: Api, ops: Client) -> None:
+    sdk_run(api, "cd1", now_ms())
+    res = ops.get(run_url("cd1", "ops"))
+    assert res.status_code == 200
+    html = res.content.decode()
+    tasks = html[html.index('id="run-tasks"') : html.index('id="run-listeners"')]
+    assert '<td class="nowrap">cd1</td>' in tasks  # named, not linked
+    assert 'data-kind="unblock"' in html
