@@ -1,4 +1,4 @@
-"""A host's URLconf with its own ``AdminSite`` (README "Embedding"): the apps' admin classes
+"""A host's URLconf with its own ``AdminSite`` (docs/how-to/embedding.md): the apps' admin classes
 registered on it, mounted beside the default admin."""
 
 from django.contrib import admin

@@ -1,5 +1,6 @@
-"""README "Embedding": the models on a host's own ``AdminSite``. Its pages render, its actions
-apply, and every link they carry stays on that site, even with the default admin mounted too."""
+"""The models on a host's own ``AdminSite`` (docs/how-to/embedding.md). Its pages render, its
+actions apply, and every link they carry stays on that site, even with the default admin mounted
+too."""
 
 from __future__ import annotations
 

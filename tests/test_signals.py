@@ -1,6 +1,6 @@
-"""``promise_settled`` and ``task_completed`` (README "Embedding"): sent once the settling
-transaction commits, by every path that settles (a request, the timeout step), never for work
-that rolled back, and a failing receiver reaches nobody else."""
+"""``promise_settled`` and ``task_completed`` (docs/reference/python-api.md#signals): sent once
+the settling transaction commits, by every path that settles (a request, the timeout step),
+never for work that rolled back, and a failing receiver reaches nobody else."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Authentication and authorization on ``POST /`` and ``/api/`` (README "Security").
+"""Authentication and authorization on ``POST /`` and ``/api/`` (docs/how-to/auth.md).
 
 Every test runs the real HTTP path (Django's test client) with ``RESONATE_AUTH=required``, JWTs
 signed by keys made here, and service credentials made by the CLI or the service function.

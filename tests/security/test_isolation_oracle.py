@@ -1,5 +1,6 @@
 """An isolation oracle (issue #23): two tenants and an admin, ``RESONATE_AUTH=required``, random
-traffic on every surface, and after every request the isolation properties of README "Security".
+traffic on every surface, and after every request the isolation properties of
+docs/explanation/security.md.
 
 Tenant A is the service credential ``billing`` (prefix ``billing/``, group ``billing``), tenant B
 is ``shipping`` (prefix ``shipping/``, group ``shipping``); an admin credential writes rows under
