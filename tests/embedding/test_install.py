@@ -1,19 +1,19 @@
-"""README "Embedding"'s install, everywhere it is claimed (``make test-install``, not ``make
-test``): each Python the README supports that is here (3.12, 3.13; missing: a failure under
-CI=true), each with the pip its ``python -m venv`` bundles (3.12.1: pip 23.2.1), nothing upgraded
-and nothing installed but the README's lines.
+"""The embedding guide's install (docs/how-to/embedding.md), everywhere it is claimed
+(``make test-install``, not ``make test``): each Python the guide supports that is here (3.12,
+3.13; missing: a failure under CI=true), each with the pip its ``python -m venv`` bundles
+(3.12.1: pip 23.2.1), nothing upgraded and nothing installed but the guide's lines.
 
 * Django 6.0 and 6.1: a site that has the version (``pip install "django==6.x.*"`` first, as an
-  existing site would) runs the README's apps line, which keeps it; on SQLite without psycopg,
-  then with the README's PostgreSQL line on PostgreSQL: migrate, a clean ``check``, the steps'
-  reads on their indexes, and under the README's uvicorn line a timer fires, the SDK's sleep
+  existing site would) runs the guide's apps line, which keeps it; on SQLite without psycopg,
+  then with the guide's PostgreSQL line on PostgreSQL: migrate, a clean ``check``, the steps'
+  reads on their indexes, and under the guide's uvicorn line a timer fires, the SDK's sleep
   workflow completes and the host logs no error while the steps run.
 * The extras resolve with that pip: ``[server]`` and ``[celery]`` (``pip install --dry-run``).
 * The same lines with uv (``uv pip install``, as ``make setup`` installs; the newest Python and
   Django here): a host on SQLite runs the steps, and both extras resolve.
 * Across versions, on SQLite (which keeps the index text the migrating Django wrote): a database
   migrated under 6.0 served under 6.1, and one migrated under 6.1 served under 6.0 after the
-  README's ``[celery]`` line took Django back to 6.0 (the path README "With Celery" leads a user
+  guide's ``[celery]`` line took Django back to 6.0 (the path its "With Celery" leads a user
   down), with the steps running in-process there; no error, and the reads on their indexes."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ UV = Path(sys.executable).with_name("uv")  # the one `make setup` installs
 
 @dataclass
 class UvHost(Host):
-    """The same virtualenv, the README's lines given to ``uv pip install`` instead of pip."""
+    """The same virtualenv, the guide's lines given to ``uv pip install`` instead of pip."""
 
     def pip(self, *argv: str) -> None:
         assert argv[0] == "install", argv
