@@ -90,7 +90,8 @@ test: lint typecheck docs test-sqlite test-postgres test-system test-install
 test-install: setup services
 	$(VENV)/bin/pytest -p no:cacheprovider -n 2 tests/embedding/test_install.py
 
-# Throughput and latency against PostgreSQL on this machine (bench/run.py; docs/benchmarks.md):
+# Throughput and latency against PostgreSQL on this machine (bench/run.py;
+# docs/explanation/benchmark-history.md):
 # pgbench's ceiling, wrk over HTTP (and the floor, bench/floor.py), the timeout sweep, outbox drains,
 # dispatch latency, timers. ~12 min.
 bench: setup services
@@ -101,10 +102,11 @@ bench: setup services
 	$(PY) bench/run.py --pg-url $(BENCH_PG_URL) $(BENCH_ARGS)
 	$(PY) bench/cli_cpu.py
 
-# Fault tolerance under load (bench/chaos; docs/reliability.md): the production shape on a private
-# PostgreSQL cluster and Redis server (loopback only; the shared services are not touched), two web
-# processes, two Celery workers, beat and SDK workers, while each part is killed or restarted in
-# turn, then mixed; a checker proves nothing was lost. ~10 min, bounded. CHAOS_ARGS=--short: ~1.5 min.
+# Fault tolerance under load (bench/chaos; docs/explanation/reliability.md): the production shape
+# on a private PostgreSQL cluster and Redis server (loopback only; the shared services are not
+# touched), two web processes, two Celery workers, beat and SDK workers, while each part is killed
+# or restarted in turn, then mixed; a checker proves nothing was lost. ~10 min, bounded.
+# CHAOS_ARGS=--short: ~1.5 min.
 CHAOS_ARGS ?=
 chaos: setup
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
