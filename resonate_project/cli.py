@@ -211,6 +211,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sub.set_defaults(run=worker)
 
+    help = "delete settled work older than the retention window (local database only)"
+    sub = groups.add_parser("prune", help=help, description=help)
+    sub.add_argument(
+        "--older-than",
+        type=duration,
+        help="keep settled trees this long, e.g. 30d (default: the RETENTION_MS setting)",
+    )
+    sub.add_argument(
+        "--django-tasks-older-than",
+        type=duration,
+        help="the same for trees holding a Django task (default: RETENTION_DJANGO_TASKS_MS)",
+    )
+    sub.add_argument(
+        "--dead-letters-older-than",
+        type=duration,
+        help="the same for dead-lettered and undeliverable messages "
+        "(default: RETENTION_DEAD_LETTERS_MS)",
+    )
+    sub.add_argument(
+        "--dry-run", action="store_true", help="count what would be deleted; delete nothing"
+    )
+    sub.add_argument("--json", action="store_true", help="print the counts as JSON")
+    sub.set_defaults(run=prune)
+
 
 # --- transport ----------------------------------------------------------------------------------
 
@@ -477,6 +501,43 @@ def worker(ctx: Ctx, args: argparse.Namespace) -> None:
         raise CliError("--concurrency must be at least 1")
     queues = args.queue or backend.worker_queues()
     Worker(backend, queues, args.concurrency, args.grace, ctx.out).run()
+
+
+# --- retention ----------------------------------------------------------------------------------
+
+
+def prune(ctx: Ctx, args: argparse.Namespace) -> None:
+    from resonate_project.core.conf import resonate_settings
+    from resonate_project.engine.retention import Policy
+    from resonate_project.engine.retention import prune as prune_all
+
+    configured = Policy.from_settings()
+    policy = Policy(
+        promises_ms=configured.promises_ms if args.older_than is None else args.older_than,
+        django_tasks_ms=configured.django_tasks_ms
+        if args.django_tasks_older_than is None
+        else args.django_tasks_older_than,
+        dead_letters_ms=configured.dead_letters_ms
+        if args.dead_letters_older_than is None
+        else args.dead_letters_older_than,
+    )
+    if policy.off:
+        raise CliError(
+            "nothing to prune: no retention window (pass --older-than, or set RETENTION_MS, "
+            "RETENTION_DJANGO_TASKS_MS or RETENTION_DEAD_LETTERS_MS)"
+        )
+    done = prune_all(
+        ctx.now, policy, batch=resonate_settings().RETENTION_BATCH, dry_run=args.dry_run
+    )
+    counts = {**done.counts(), "dry_run": args.dry_run}
+    verb = "would delete" if args.dry_run else "deleted"
+    ctx.show(
+        counts,
+        lambda: [
+            f"{verb} {done.trees} trees ({done.promises} promises, {done.tasks} tasks, "
+            f"{done.django_tasks} Django task results) and {done.dead_letters} dead letters"
+        ],
+    )
 
 
 # --- formatting ---------------------------------------------------------------------------------

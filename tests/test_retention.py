@@ -7,10 +7,13 @@ the window the tests set.
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 from typing import Any
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connections
 from django.tasks import task_backends
 
@@ -257,3 +260,28 @@ def test_a_tree_a_request_has_locked_is_left_for_a_later_pass(api: Api) -> None:
         release.set()
         holder.join()
     assert prune(LATER, POLICY, batch=100).trees == 1
+
+
+def resonate(*args: str) -> str:
+    out = io.StringIO()
+    call_command("resonate", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_the_prune_command_dry_runs_then_deletes(api: Api) -> None:
+    ids = settled_tree(api, "old")  # settled at 1970-01-01, long before --older-than 1d ago
+    said = resonate("prune", "--older-than", "1d", "--dry-run")
+    assert "would delete 1 trees (3 promises, 1 tasks" in said
+    assert present(ids) == set(ids)
+    counts = json.loads(resonate("prune", "--older-than", "1d", "--json"))
+    assert counts["trees"] == 1
+    assert counts["promises"] == 3
+    assert counts["dry_run"] is False
+    assert present(ids) == set()
+
+
+def test_the_prune_command_without_a_window_refuses_and_deletes_nothing(api: Api) -> None:
+    ids = settled_tree(api, "old")
+    with pytest.raises(CommandError, match="no retention window"):
+        resonate("prune")
+    assert present(ids) == set(ids)
