@@ -136,7 +136,8 @@ def ordered(promises: list[Promise]) -> list[Promise]:
     return out
 
 
-def steps(root: Promise, promises: list[Promise], now: int, site: str) -> list[Step]:
+def steps(root: Promise, promises: list[Promise], now: int, site: str) -> tuple[list[Step], int]:
+    """The calls placed on the timeline, and the span it covers (ms)."""
     depth = depths(promises)
     ends = [projected_state(p, now)[1] for p in promises]
     first = min(p.created_at for p in promises)
@@ -168,7 +169,7 @@ def steps(root: Promise, promises: list[Promise], now: int, site: str) -> list[S
                 site=site,
             )
         )
-    return shown
+    return shown, total
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,7 @@ def messages_for(ids: list[str]) -> list[Message]:
 def run_context(root: Promise, now: int, site: str) -> dict[str, Any]:
     promises, cut = run_promises(root, TREE_NODES)
     ids = [p.id for p in promises]
-    shown = steps(root, promises, now, site)
+    shown, total = steps(root, promises, now, site)
     state, end = projected_state(root, now)
     listeners = list(
         Listener.objects.filter(awaited_id__in=ids).order_by("awaited_id", "address")[
@@ -244,6 +245,7 @@ def run_context(root: Promise, now: int, site: str) -> dict[str, Any]:
         "root_duration": span((now if end is None else end) - root.created_at),
         "now": now,
         "steps": shown,
+        "span": span(total),
         "cut": cut,
         "limit": TREE_NODES,
         "tasks": [s for s in shown if s.task is not None],
