@@ -5,6 +5,7 @@ test on a fresh SQLite file database."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -31,25 +32,39 @@ class Shell:
         return done.stdout
 
 
-@pytest.fixture
-def shell(tmp_path: Path) -> Shell:
+def reader_env(database: Path) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("RESONATE_", "DJANGO_", "PYTEST_", "CELERY_")) and k != "DATABASE_URL"
     }
-    env["DATABASE_URL"] = f"sqlite:///{tmp_path / 'docs.sqlite3'}"
+    env["DATABASE_URL"] = f"sqlite:///{database}"
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return Shell(env)
+    return env
 
 
-def migrated(shell: Shell) -> Shell:
-    shell("python manage.py migrate --noinput -v 0")
-    return shell
+@pytest.fixture(scope="module")
+def migrated_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One database migrated once, copied for each test that starts from a migrated one."""
+    database = tmp_path_factory.mktemp("docs") / "migrated.sqlite3"
+    Shell(reader_env(database))("python manage.py migrate --noinput -v 0")
+    return database
 
 
-def test_the_credentials_commands_work_as_written(shell: Shell) -> None:
-    run = migrated(shell)
+@pytest.fixture
+def shell(tmp_path: Path) -> Shell:
+    return Shell(reader_env(tmp_path / "docs.sqlite3"))
+
+
+@pytest.fixture
+def migrated(tmp_path: Path, migrated_file: Path) -> Shell:
+    database = tmp_path / "docs.sqlite3"
+    shutil.copyfile(migrated_file, database)
+    return Shell(reader_env(database))
+
+
+def test_the_credentials_commands_work_as_written(migrated: Shell) -> None:
+    run = migrated
     create, listing, revoke = block(AUTH, "auth-credentials").lines()
     token = run(create).splitlines()[-1]
     assert token.startswith("rsn_")
@@ -61,8 +76,8 @@ def test_the_credentials_commands_work_as_written(shell: Shell) -> None:
     assert "revoked" in run(listing)
 
 
-def test_the_tenant_commands_create_a_tenant_and_an_operator(shell: Shell) -> None:
-    run = migrated(shell)
+def test_the_tenant_commands_create_a_tenant_and_an_operator(migrated: Shell) -> None:
+    run = migrated
     tenant, operator = block(AUTH, "auth-tenants").lines()
     assert run(tenant).splitlines()[-1].startswith("rsn_")
     assert run(operator).splitlines()[-1].startswith("rsn_")
@@ -71,15 +86,15 @@ def test_the_tenant_commands_create_a_tenant_and_an_operator(shell: Shell) -> No
     assert "ops" in listed
 
 
-def test_the_scraper_credential_is_created_as_written(shell: Shell) -> None:
-    run = migrated(shell)
+def test_the_scraper_credential_is_created_as_written(migrated: Shell) -> None:
+    run = migrated
     (line,) = block("docs/how-to/observability.md", "observability-scraper").lines()
     assert run(line).splitlines()[-1].startswith("rsn_")
     assert "prometheus" in run("python manage.py resonate credentials list")
 
 
-def test_the_operating_cli_examples_run_as_written(shell: Shell) -> None:
-    run = migrated(shell)
+def test_the_operating_cli_examples_run_as_written(migrated: Shell) -> None:
+    run = migrated
     lines = block("docs/how-to/operating.md", "operating-cli").lines()
     *once, worker = lines
     outputs = [run(line) for line in once]
@@ -109,8 +124,8 @@ def test_the_operating_cli_examples_run_as_written(shell: Shell) -> None:
         proc.wait(60)
 
 
-def test_the_troubleshooting_commands_show_a_stuck_run(shell: Shell) -> None:
-    run = migrated(shell)
+def test_the_troubleshooting_commands_show_a_stuck_run(migrated: Shell) -> None:
+    run = migrated
     # A run nobody serves: its task waits for a worker of the group "billing".
     run("python manage.py resonate invoke order-7 --func charge --target poll://any@billing")
     tree, task, pending = block("docs/how-to/troubleshooting.md", "troubleshooting-inspect").lines()
