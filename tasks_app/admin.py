@@ -8,9 +8,11 @@ import uuid
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.tasks import TaskResultStatus
+from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -213,7 +215,21 @@ class TaskAdmin(OperatorAdmin[Task]):
 
     @admin.display(description="promise")
     def promise_view(self, t: Task) -> SafeString:
-        return self.promise_column(t)
+        """Its promise, and the run it belongs to as a timeline (where the site has the
+        promises' admin)."""
+        try:
+            run = reverse(
+                "admin:promises_promise_run",
+                args=[quote(t.promise_id)],
+                current_app=self.admin_site.name,
+            )
+        except NoReverseMatch:
+            return self.promise_column(t)
+        return format_html(
+            '{} · <a class="resonate-run" href="{}">its run, as a timeline</a>',
+            self.promise_column(t),
+            run,
+        )
 
     @admin.display(description="Django task")
     def django_task_view(self, t: Task) -> SafeString | str:

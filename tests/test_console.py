@@ -661,3 +661,9 @@ def test_the_run_page_on_a_site_without_the_task_and_outbox_admins(api: Api, ops
     tasks = html[html.index('id="run-tasks"') : html.index('id="run-listeners"')]
     assert '<td class="nowrap">cd1</td>' in tasks  # named, not linked
     assert 'data-kind="unblock"' in html
+
+
+def test_a_tasks_page_links_to_its_run(api: Api, ops: Client) -> None:
+    sdk_run(api, "cd1", now_ms())
+    page = ops.get(f"/admin/tasks_app/task/{quote('cd1:2')}/change/").content.decode()
+    assert f'href="{run_url("cd1:2")}"' in page
