@@ -29,6 +29,7 @@ from django.test import Client, override_settings
 from outbox.bind import decide_bind, is_loopback
 from outbox.management.commands.serve import Command as ServeCommand
 from promises.checks import check_resonate_settings
+from resonate_project import __version__
 from resonate_project.access.credentials import TOKEN_PREFIX
 from tests.docs_blocks import block
 
@@ -351,7 +352,7 @@ def serve_without_database(
 
 def test_serve_without_host_answers_on_loopback(server_without_database: Server) -> None:
     res = httpx.get(server_without_database.url + "/health", timeout=5)
-    assert res.json() == {"status": "ok"}
+    assert res.json() == {"status": "ok", "version": __version__}
     assert f"serving on {server_without_database.url} " in server_without_database.log.read_text()
 
 
