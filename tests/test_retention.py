@@ -221,6 +221,7 @@ def test_the_runner_prunes_once_per_interval(api: Api, settings: Any) -> None:
     settings.RESONATE = {"RETENTION_MS": DAY, "RETENTION_INTERVAL_MS": 60_000}
     retention._Progress.last_at = None
     retention._Progress.cursor = None
+    retention._Progress.expired_at = None
     settled_tree(api, "first")
     assert retention.tick(LATER) is not None
     assert present(["first"]) == set()
@@ -285,3 +286,15 @@ def test_the_prune_command_without_a_window_refuses_and_deletes_nothing(api: Api
     with pytest.raises(CommandError, match="no retention window"):
         resonate("prune")
     assert present(ids) == set(ids)
+
+
+def test_a_promise_whose_id_another_tree_names_as_origin_stays_in_its_own_tree(api: Api) -> None:
+    """``b`` belongs to tree ``a`` (its origin) while ``b:1`` names ``b`` as its origin: pruning
+    tree ``b`` (just ``b:1``) never takes ``b`` out of tree ``a``, whose other member is pending."""
+    member(api, "a", "a")
+    member(api, "b", "a")
+    member(api, "b:1", "b")
+    settle(api, "b")
+    settle(api, "b:1")
+    prune(LATER, POLICY, batch=100)
+    assert present(["a", "b", "b:1"]) == {"a", "b"}

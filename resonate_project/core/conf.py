@@ -99,10 +99,12 @@ class ResonateSettings:
     RETENTION_MS: int = 0
     RETENTION_DJANGO_TASKS_MS: int = 0
     RETENTION_DEAD_LETTERS_MS: int = 0
-    # How often the step runner prunes (one bounded pass each time, after a full tick's steps),
-    # and how many settled promises one pass looks at.
-    RETENTION_INTERVAL_MS: int = 60_000
-    RETENTION_BATCH: int = 200
+    # How often the step runner prunes (after a full tick's steps), how many candidate promises
+    # one pass reads, and how long it may go on passing while there is more to read: at the
+    # defaults up to 100 ms of every second of one runner, thousands of trees a second.
+    RETENTION_INTERVAL_MS: int = 1000
+    RETENTION_BATCH: int = 500
+    RETENTION_BUDGET_MS: int = 100
 
     # --- the trust boundary (docs/explanation/security.md) --------------------------------------
     # Authentication on POST /, /poll/ and /api/: "required" or "off". Unset ("") behaves as off

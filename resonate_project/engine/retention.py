@@ -25,13 +25,14 @@ with them.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q, Value
+from django.db import connection, transaction
+from django.db.models import Q
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.lookups import Exact
+from django.db.models.lookups import In
 
 from outbox.models import Message, Quarantine
 from promises.models import Callback, Listener, Promise, PromiseState
@@ -110,6 +111,7 @@ def prune_pass(
     batch: int,
     cursor: Cursor | None = None,
     dry_run: bool = False,
+    expired: bool = True,
 ) -> Pruned:
     """One bounded pass: at most ``batch`` candidates of each run after ``cursor``, each tree in
     its own transaction. Returns the counts and the cursor for the next pass.
@@ -132,20 +134,27 @@ def prune_pass(
             .order_by("settled_at", "id")
             .values_list("settled_at", "id", "origin")[:batch]
         )
-        expired = Promise.objects.filter(state=PromiseState.PENDING, timeout_at__lt=older)
-        if cursor.expired is not None:
-            expired = expired.filter(id__gt=cursor.expired)
-        late = list(
-            expired.annotate(origin=_origin()).order_by("id").values_list("id", "origin")[:batch]
-        )
+        late: list[tuple[str, str | None]] = []
+        if expired:
+            pending = Promise.objects.filter(state=PromiseState.PENDING, timeout_at__lt=older)
+            if cursor.expired is not None:
+                pending = pending.filter(id__gt=cursor.expired)
+            late = list(
+                pending.annotate(origin=_origin())
+                .order_by("id")
+                .values_list("id", "origin")[:batch]
+            )
         found = [(pk, origin) for _, pk, origin in rows] + late
         done.cursor = Cursor(
             settled=(rows[-1][0] or 0, rows[-1][1]) if len(rows) == batch else None,
-            expired=late[-1][0] if len(late) == batch else None,
+            expired=late[-1][0]
+            if len(late) == batch
+            else (cursor.expired if not expired else None),
         )
         done.more = len(rows) == batch or len(late) == batch
-        for key in dict.fromkeys(origin or pk for pk, origin in found):
-            done.add(_prune_tree(key, now, policy, dry_run))
+        keys = list(dict.fromkeys(origin or pk for pk, origin in found))
+        for part in _chunks(keys, 100):
+            done.add(_prune_trees(part, now, policy, dry_run))
     if policy.dead_letters_ms > 0:
         done.dead_letters = _prune_dead_letters(now - policy.dead_letters_ms, batch, dry_run)
         done.more = done.more or done.dead_letters == batch
@@ -175,84 +184,123 @@ def _origin() -> KeyTextTransform:
     return KeyTextTransform(ORIGIN, "tags")
 
 
-def _members(key: str) -> Any:
-    # Exact() itself: the ``origin=key`` lookup would compare JSON on SQLite (the key as JSON)
-    return Promise.objects.filter(Q(id=key) | Q(Exact(_origin(), Value(key))))
+def _chunks(ids: list[str], size: int = 500) -> Any:
+    for i in range(0, len(ids), size):
+        yield ids[i : i + size]
 
 
-def _prune_tree(key: str, now: int, policy: Policy, dry_run: bool) -> Pruned:
+def _members(keys: list[str]) -> Any:
+    """Every promise of the trees ``keys``: the roots and the promises of their origins. (The
+    lookup object itself: ``origin__in`` would compare JSON values on SQLite.)"""
+    return Promise.objects.filter(Q(id__in=keys) | Q(In(_origin(), keys))).annotate(
+        origin=_origin()
+    )
+
+
+def _prune_trees(keys: list[str], now: int, policy: Policy, dry_run: bool) -> Pruned:
+    """The trees ``keys``, in one transaction: each is deleted whole if it may go, else kept."""
     out = Pruned()
     with transaction.atomic():
-        every = list(_members(key).values_list("id", flat=True))
-        locked = list(
-            _members(key)
+        wanted = set(keys)
+        every: dict[str, set[str]] = {}
+        for pk, origin in _members(keys).values_list("id", "origin"):
+            key = origin or pk  # a root named by another origin belongs to that tree, not this
+            if key in wanted:
+                every.setdefault(key, set()).add(pk)
+        rows = {
+            pk: (state, settled_at, timeout_at, tags)
+            for pk, state, settled_at, timeout_at, tags in _members(keys)
             .select_for_update(skip_locked=True)
             .values_list("id", "state", "settled_at", "timeout_at", "tags")
-        )
-        if not every or len(locked) != len(every):
-            out.kept = 1  # in use right now (or gone): a later pass
-            return out
-        ids = [pk for pk, *_ in locked]
-        jobs = Job.objects.filter(task__promise_id__in=ids).count()
-        window = policy.django_tasks_ms if jobs else policy.promises_ms
-        if window <= 0 or not _settled_before(locked, now - window) or _referred_to(ids, locked):
-            out.kept = 1
-            return out
-        tasks = Task.objects.filter(promise_id__in=ids)
-        out.trees, out.promises, out.tasks, out.django_tasks = 1, len(ids), tasks.count(), jobs
-        if dry_run:
-            return out
-        Quarantine.objects.filter(row__in=ids).delete()
-        Message.objects.filter(kind="execute", task_id__in=ids).delete()
-        Job.objects.filter(task__promise_id__in=ids).delete()
-        tasks.delete()
-        Promise.objects.filter(id__in=ids).delete()
+        }
+        ids = list(rows)
+        held = _held(ids, rows)
+        jobs = set(Job.objects.filter(task__promise_id__in=ids).values_list("task_id", flat=True))
+        going: list[str] = []
+        for tree in every.values():
+            # In use right now (a member locked by a request), or anything counts on it: kept.
+            if not tree <= rows.keys() or tree & held:
+                out.kept += 1
+                continue
+            window = policy.django_tasks_ms if tree & jobs else policy.promises_ms
+            if window <= 0 or not _settled_before([rows[m] for m in tree], now - window):
+                out.kept += 1
+                continue
+            out.trees += 1
+            out.django_tasks += len(tree & jobs)
+            going.extend(tree)
+        out.promises = len(going)
+        out.tasks = Task.objects.filter(promise_id__in=going).count() if going else 0
+        if going and not dry_run:
+            for part in _chunks(going):
+                Quarantine.objects.filter(row__in=part).delete()
+                _delete(Message, "task_id", part, kind="execute")
+                _delete(Job, "id", part)
+                _delete(Task, "id", part)
+                _delete(Promise, "id", part)
     return out
+
+
+def _delete(model: Any, column: str, ids: list[str], kind: str | None = None) -> None:
+    """``DELETE … WHERE column IN ids``: one statement, without the ORM's cascade collector
+    (whose reads would find nothing: a tree that goes has no callbacks or listeners)."""
+    qn = connection.ops.quote_name
+    marks = ", ".join(["%s"] * len(ids))
+    sql = f"DELETE FROM {qn(model._meta.db_table)} WHERE {qn(column)} IN ({marks})"
+    params: list[Any] = list(ids)
+    if kind is not None:
+        sql += f" AND {qn('kind')} = %s"
+        params.append(kind)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def _settled_before(rows: list[tuple[Any, ...]], instant: int) -> bool:
     """Every promise settled before ``instant``; a pending one counts as settled (timed out) at
     its timeout."""
-    for _, state, settled_at, timeout_at, _ in rows:
+    for state, settled_at, timeout_at, _ in rows:
         at = timeout_at if state == PromiseState.PENDING else settled_at
         if at is None or at >= instant:
             return False
     return True
 
 
-def _referred_to(ids: list[str], rows: list[tuple[Any, ...]]) -> bool:
-    """Something outside the tree still counts on one of ``ids``."""
-    if Task.objects.filter(promise_id__in=ids).exclude(state=TaskState.FULFILLED).exists():
-        return True
-    if Callback.objects.filter(Q(awaited_id__in=ids) | Q(awaiter_id__in=ids)).exists():
-        return True
-    if Listener.objects.filter(awaited_id__in=ids).exists():
-        return True
-    if _unblocks_owed(ids):
-        return True
-    for *_, tags in rows:
+def _held(ids: list[str], rows: dict[str, tuple[Any, ...]]) -> set[str]:
+    """The promises of ``ids`` something still counts on: a task not fulfilled, a callback
+    (either side), a listener, an unblock still owed (due, undeliverable or dead-lettered: an
+    operator may resend it), or being a schedule's last occurrence. An execute does not count:
+    once every task of a tree is fulfilled, one left for it can never be acquired."""
+    held: set[str] = set()
+    for part in _chunks(ids):
+        held |= set(
+            Task.objects.filter(promise_id__in=part)
+            .exclude(state=TaskState.FULFILLED)
+            .values_list("promise_id", flat=True)
+        )
+        for awaited, awaiter in Callback.objects.filter(
+            Q(awaited_id__in=part) | Q(awaiter_id__in=part)
+        ).values_list("awaited_id", "awaiter_id"):
+            held |= {awaited, awaiter}
+        held |= set(
+            Listener.objects.filter(awaited_id__in=part).values_list("awaited_id", flat=True)
+        )
+        held |= set(
+            Message.objects.filter(kind="unblock")
+            .annotate(about=KeyTextTransform("id", "promise"))
+            .filter(In(KeyTextTransform("id", "promise"), part))
+            .values_list("about", flat=True)
+        )
+    schedules: dict[str, list[str]] = {}
+    for pk, (*_, tags) in rows.items():
         schedule_id = (tags or {}).get(SCHEDULE)
-        if schedule_id is None:
-            continue
-        s = Schedule.objects.filter(id=schedule_id).first()
-        last = s.last_run_at if s is not None else None
-        if s is not None and last is not None and expand(s.promise_id, s.id, last) in ids:
-            return True
-    return False
-
-
-def _unblocks_owed(ids: list[str]) -> bool:
-    """An unblock still owed to a listener of one of ``ids`` (due, undeliverable or dead-lettered;
-    keyed ``<promise id>:notify:<address>``: a prefix match, which on SQLite ignores case and so
-    can only keep a tree longer). Executes do not count: every task of the tree is fulfilled, so
-    an execute left for one can never be acquired, and it goes with the tree."""
-    for i in range(0, len(ids), 100):
-        notify = Q()
-        for pk in ids[i : i + 100]:
-            notify |= Q(key__startswith=f"{pk}:notify:")
-        if Message.objects.filter(notify).exists():
-            return True
-    return False
+        if schedule_id is not None:
+            schedules.setdefault(schedule_id, []).append(pk)
+    for sched in Schedule.objects.filter(id__in=list(schedules)):
+        if sched.last_run_at is not None:
+            last = expand(sched.promise_id, sched.id, sched.last_run_at)
+            if last in schedules[sched.id]:
+                held.add(last)
+    return held
 
 
 def _prune_dead_letters(before: int, batch: int, dry_run: bool) -> int:
@@ -274,15 +322,23 @@ def _prune_dead_letters(before: int, batch: int, dry_run: bool) -> int:
 
 
 class _Progress:
-    """This process's place in the settled promises, and when it last pruned."""
+    """This process's place in the candidates, and when it last pruned and last read the
+    timed-out pending promises."""
 
     last_at: int | None = None
+    expired_at: int | None = None
     cursor: Cursor | None = None
 
 
+# The run of timed-out pending promises reads the pending rows in id order (no index orders
+# them by timeout); the step runner reads it at most this often.
+EXPIRED_EVERY_MS = 60_000
+
+
 def tick(now: int) -> Pruned | None:
-    """The step runner's call after a full pass: one bounded pass every RETENTION_INTERVAL_MS
-    (None when it is not time yet, or no window is set)."""
+    """The step runner's call after a full pass: every RETENTION_INTERVAL_MS, passes while
+    there is more to read, for up to RETENTION_BUDGET_MS (None when it is not time yet, or no
+    window is set). Several runners may prune at once: each tree is locked with SKIP LOCKED."""
     policy = Policy.from_settings()
     s = resonate_settings()
     if policy.off or (
@@ -290,8 +346,22 @@ def tick(now: int) -> Pruned | None:
     ):
         return None
     _Progress.last_at = now
-    done = prune_pass(now, policy, batch=s.RETENTION_BATCH, cursor=_Progress.cursor)
-    _Progress.cursor = done.cursor
-    if done.trees or done.dead_letters:
-        log.info("retention: %s", done.counts())
-    return done
+    expired = _Progress.expired_at is None or now - _Progress.expired_at >= EXPIRED_EVERY_MS
+    if expired:
+        _Progress.expired_at = now
+    total = Pruned()
+    started = time.monotonic()
+    while True:
+        done = prune_pass(
+            now, policy, batch=s.RETENTION_BATCH, cursor=_Progress.cursor, expired=expired
+        )
+        total.add(done)
+        _Progress.cursor = done.cursor
+        expired = False  # one read of that run per tick at most
+        spent_ms = (time.monotonic() - started) * 1000
+        if not done.more or spent_ms >= s.RETENTION_BUDGET_MS:
+            break
+    total.cursor, total.more = done.cursor, done.more
+    if total.trees or total.dead_letters:
+        log.info("retention: %s", total.counts())
+    return total
