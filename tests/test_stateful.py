@@ -800,7 +800,18 @@ class ResonateMachine(RuleBasedStateMachine):
     def check_transition(self, prev: Snap, cur: Snap, now: int) -> None:
         assert prev.promises.keys() <= cur.promises.keys(), "monotone_promise_set_grows"
         assert prev.tasks.keys() <= cur.tasks.keys(), "monotone_task_set_grows"
-        assert prev.messages.keys() <= cur.messages.keys(), "outbox keys never disappear"
+        # Only a stale execute may leave (issue 25: the outbox cleanup deletes an execute whose
+        # task is no longer pending at its version; nothing here delivers).
+        for key in prev.messages.keys() - cur.messages.keys():
+            m, t = prev.messages[key], cur.tasks.get(prev.messages[key]["task_id"] or "")
+            owed = (
+                t is not None
+                and t["state"] == "pending"
+                and t["version"] == m["version"]
+                and live(cur.promises[m["task_id"]], now)
+            )
+            assert m["kind"] == "execute", ("outbox keys never disappear", m)
+            assert not owed, ("an execute still owed never disappears", m, t)
         birth = ("param_headers", "param_data", "tags", "timeout_at", "created_at")
         for pid, p in cur.promises.items():
             old = prev.promises.get(pid)
