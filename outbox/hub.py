@@ -490,11 +490,7 @@ class Hub:
         if not groups:
             return
         try:
-            tasks.redispatch_backed_off(
-                [f"poll://any@{group}" for group in groups],
-                [f"poll://any@{group}/" for group in groups],
-                now,
-            )
+            tasks.redispatch_backed_off(groups, now)
         except UNAVAILABLE:
             raise
         except Exception:

@@ -6,15 +6,14 @@ applies one edge of the task state machine and saves; none reads a clock.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from django.db import transaction
-from django.db.models import Q
 
 from promises.models import Promise
 from resonate_project.core import tags as T
-from resonate_project.core.addresses import is_claimed_from_database
+from resonate_project.core.addresses import is_claimed_from_database, parse_poll
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import is_live, viewed_task_state
 from resonate_project.core.wire.promises import later
@@ -25,6 +24,8 @@ if TYPE_CHECKING:
     from resonate_project.engine.effects import Effects
 
 _LEASE_FIELDS = ["state", "pid", "ttl", "expires_at", "retry_at", "resumes"]
+# Task ids per statement (an IN list SQLite and PostgreSQL both take).
+_ID_CHUNK = 500
 
 
 def first_dispatch_at(p: Promise, now: int) -> int:
@@ -135,20 +136,29 @@ def release(t: Task, p: Promise, now: int, fx: Effects) -> None:
     make_pending(t, p, now, fx, delay=delay, also=["release_count", "last_release_at"])
 
 
-def redispatch_backed_off(addresses: list[str], prefixes: list[str], now: int) -> int:
-    """Make the tasks waiting out a release back-off due now if their target is one of
-    ``addresses`` or starts with one of ``prefixes``: a stream joined their group, which may be
-    a worker that has the function. Their release count stays (a worker that lacks it too
-    releases into a longer back-off). Returns how many."""
-    if not addresses and not prefixes:
+def redispatch_backed_off(groups: Collection[str], now: int) -> int:
+    """Make the tasks waiting out a release back-off due now if they target one of ``groups``
+    (``poll://any@{group}``, with or without an id): a stream joined the group, which may be a
+    worker that has the function. Their release count stays (a worker that lacks it too releases
+    into a longer back-off). The tasks in back-off are few (the ``task_backed_off`` index), so
+    they are read and matched here rather than by a condition per group. Returns how many."""
+    if not groups:
         return 0
-    targets = Q(promise__target__in=addresses) if addresses else Q()
-    for prefix in prefixes:
-        targets |= Q(promise__target__startswith=prefix)
+    wanted = set(groups)
+    waiting = Task.objects.filter(
+        state=TaskState.PENDING, release_count__gte=2, retry_at__gt=now
+    ).values_list("pk", "promise__target")
+    ids = []
+    for pk, target in waiting:
+        poll = parse_poll(target or "")
+        if poll is not None and poll.mode == "any" and poll.group in wanted:
+            ids.append(pk)
+    n = 0
     with transaction.atomic():
-        n = Task.objects.filter(
-            targets, state=TaskState.PENDING, release_count__gte=2, retry_at__gt=now
-        ).update(retry_at=now)
+        for i in range(0, len(ids), _ID_CHUNK):
+            n += Task.objects.filter(
+                pk__in=ids[i : i + _ID_CHUNK], state=TaskState.PENDING, retry_at__gt=now
+            ).update(retry_at=now)
         if n:
             wake.deadline(now, now)
     return n
