@@ -14,7 +14,7 @@ the server would write it, and only the columns that must differ (id, deadlines,
     python bench/djtool.py pairs --count 2000        # promise.create + settle via the services
     python bench/djtool.py enqueue --count 5000      # tests.tasksapp_fixtures.noop via Django's API
     python bench/djtool.py load-trees --prefix old --promises 1000000 --settled-before MS --fast
-    python bench/djtool.py prune --older-than-ms 3600000 --batch 200 --max-seconds 20
+    python bench/djtool.py prune --older-than-ms 3600000 --max-seconds 20 [--runner]
 """
 
 from __future__ import annotations
@@ -305,31 +305,47 @@ def load_trees(prefix: str, promises: int, settled_before: int, fast: bool) -> d
     }
 
 
-def prune(older_than_ms: int, batch: int, max_seconds: float) -> dict[str, Any]:
-    """Retention's passes back to back (``engine.retention.prune_pass`` with its cursor, as the
-    step runner calls it, without the interval between passes) for ``max_seconds`` or until a
-    pass reads nothing more to delete. Prints a line when it starts, so the caller can start
-    its load then."""
-    from resonate_project.engine.retention import Cursor, Policy, Pruned, prune_pass
+def prune(
+    older_than_ms: int, batch: int | None, max_seconds: float, runner: bool
+) -> dict[str, Any]:
+    """Retention for ``max_seconds``, window ``older_than_ms``: as the step runner does it
+    (``runner``: ``engine.retention.tick`` called every 10 ms; it prunes every
+    RETENTION_INTERVAL_MS for up to RETENTION_BUDGET_MS, the settings' defaults), or as
+    ``manage.py resonate prune`` does it (``prune_pass`` back to back with its cursor, until a
+    pass reads nothing more). Prints a line when it starts, so the caller can start its load."""
+    from resonate_project.core.conf import resonate_settings
+    from resonate_project.engine import retention
 
-    policy = Policy(promises_ms=older_than_ms)
-    total, cursor, passes = Pruned(), cast(Cursor | None, None), 0
+    policy = retention.Policy(promises_ms=older_than_ms)
+    s = resonate_settings()
+    batch = batch or s.RETENTION_BATCH
+    total, cursor, passes = retention.Pruned(), cast(retention.Cursor | None, None), 0
     print("pruning", flush=True)
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < max_seconds:
-        one = prune_pass(now_ms(), policy, batch=batch, cursor=cursor)
+        if runner:
+            one = retention.tick(now_ms())
+            if one is None:
+                time.sleep(0.01)
+                continue
+        else:
+            one = retention.prune_pass(now_ms(), policy, batch=batch, cursor=cursor)
+            cursor = one.cursor
+            if not one.more and not one.trees:
+                break
         total.add(one)
-        cursor, passes = one.cursor, passes + 1
-        if not one.more and not one.trees:
-            break
+        passes += 1
     seconds = time.perf_counter() - t0
     counts = total.counts()
     rows = counts["promises"] + counts["tasks"] + counts["django_tasks"] + counts["dead_letters"]
     return {
         **counts,
         "kept": total.kept,
+        "mode": "runner" if runner else "back to back",
         "passes": passes,
         "batch": batch,
+        "interval_ms": s.RETENTION_INTERVAL_MS if runner else 0,
+        "budget_ms": getattr(s, "RETENTION_BUDGET_MS", None) if runner else None,
         "rows": rows,
         "seconds": seconds,
         "rows_per_s": rows / seconds if seconds else 0.0,
@@ -365,8 +381,9 @@ def main() -> None:
     p.add_argument("--fast", action="store_true")
     p = sub.add_parser("prune")
     p.add_argument("--older-than-ms", type=int, required=True)
-    p.add_argument("--batch", type=int, default=200)
+    p.add_argument("--batch", type=int, help="default: RETENTION_BATCH")
     p.add_argument("--max-seconds", type=float, default=30)
+    p.add_argument("--runner", action="store_true", help="as the step runner: retention.tick")
     args = parser.parse_args()
     if args.cmd == "pairs":
         out = pairs(args.count)
@@ -379,7 +396,7 @@ def main() -> None:
     elif args.cmd == "load-trees":
         out = load_trees(args.prefix, args.promises, args.settled_before, args.fast)
     elif args.cmd == "prune":
-        out = prune(args.older_than_ms, args.batch, args.max_seconds)
+        out = prune(args.older_than_ms, args.batch, args.max_seconds, args.runner)
     elif args.cmd == "sweep":
         out = sweep(args.limit, args.max_seconds)
     else:

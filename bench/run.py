@@ -35,9 +35,11 @@ each protocol figure next to the database's own ceiling measured in the same run
    with their tasks (1,000,000 with ``--quick``; built with SQL by bench/djtool.py load-trees).
    (a) create+settle and the task cycle from wrk on it and on the empty one, in ABBA order, each
    run on a fresh server: the ratio of medians, min and max, load averages, CPU per 1,000
-   requests; (b) retention's passes back to back (engine.retention.prune_pass) while loadgen
-   offers create+settle at a fixed rate (half the empty database's rate): rows deleted per
-   second, and the load's p99 then over its p99 without pruning; (c) pg_total_relation_size and
+   requests; (b) while loadgen offers create+settle at a fixed rate (half the empty database's
+   rate), retention as the step runner prunes (engine.retention.tick: RETENTION_INTERVAL_MS,
+   RETENTION_BUDGET_MS, RETENTION_BATCH at their defaults) and as ``manage.py resonate prune``
+   does (passes back to back): rows deleted per second, and the load's p99 then over its p99
+   without pruning; (c) pg_total_relation_size and
    each index's pg_relation_size of the hot tables before the prune, after it, after a plain
    VACUUM, and after as many promises as were pruned were inserted again: space is reused when
    the tables do not grow.
@@ -920,7 +922,6 @@ HOT_TABLES = (
 )
 GROWTH_CONNS = 8
 GROWTH_THREADS = 2  # the PostgreSQL default of WEB_THREADS
-PRUNE_BATCH = 200  # RETENTION_BATCH's default
 REUSE_TOLERANCE = 0.01  # of the heap freed: a few pages a new insert may still add
 
 
@@ -972,7 +973,7 @@ def growth_http(empty: Database, full: Database, seconds: int, repeats: int) -> 
             if name == "empty":
                 db.reset()
             else:
-                db.sql("CHECKPOINT")  # as reset() does for the empty one
+                db.sql("ANALYZE", "CHECKPOINT")  # as reset() does for the empty one
             with Server(db, workers, env=env) as server:
                 wrk(server.url, "pair", 4, 2)  # warm up
                 for workload in ("pair", "cycle"):
@@ -1003,13 +1004,27 @@ def growth_http(empty: Database, full: Database, seconds: int, repeats: int) -> 
     return out
 
 
+PRUNE_MODES = ("runner", "cli")  # retention.tick at the settings' cadence; prune_pass back to back
+
+
+def pruner(db: Database, mode: str, seconds: int) -> subprocess.Popen[str]:
+    """bench/djtool.py prune, window an hour: only the built trees qualify, never the load's own
+    promises. ``runner``: as the step runner prunes (RETENTION_INTERVAL_MS, RETENTION_BUDGET_MS,
+    RETENTION_BATCH at their defaults); ``cli``: as ``manage.py resonate prune``, passes back to
+    back."""
+    cmd = [PY, str(BENCH / "djtool.py"), "prune", "--older-than-ms", str(HOUR)]
+    cmd += ["--max-seconds", str(seconds + 1)] + (["--runner"] if mode == "runner" else [])
+    env = env_for(db, RESONATE_RETENTION_MS=str(HOUR))
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+
+
 def prune_under_load(db: Database, rate: float, seconds: int, repeats: int) -> dict[str, Any]:
-    """Create+settle at ``rate`` from loadgen on one server: alone, then with retention's passes
-    running back to back beside it (bench/djtool.py prune, window an hour: only the built trees
-    qualify, never the load's own promises), ``repeats`` times."""
+    """Create+settle at ``rate`` from loadgen on one server: alone, then with retention beside
+    it as the step runner prunes, then as ``manage.py resonate prune`` does (passes back to
+    back), ``repeats`` times."""
     alone: list[dict[str, Any]] = []
-    during: list[dict[str, Any]] = []
-    pruned: list[dict[str, Any]] = []
+    during: dict[str, list[dict[str, Any]]] = {m: [] for m in PRUNE_MODES}
+    pruned: dict[str, list[dict[str, Any]]] = {m: [] for m in PRUNE_MODES}
     workers = 1 if serve_has_workers() else None
     env = {"RESONATE_WEB_THREADS": str(GROWTH_THREADS)}
     with Server(db, workers, env=env) as server:
@@ -1019,48 +1034,54 @@ def prune_under_load(db: Database, rate: float, seconds: int, repeats: int) -> d
             a = loadgen(server.url, "pair", rate, GROWTH_CONNS, seconds)
             a["load_average"] = load
             alone.append(a)
-            load = log_load(f"growth: create+settle at {rate:.0f} req/s while pruning, run {i + 1}")
-            cmd = [PY, str(BENCH / "djtool.py"), "prune", "--older-than-ms", str(HOUR)]
-            cmd += ["--batch", str(PRUNE_BATCH), "--max-seconds", str(seconds + 1)]
-            pruner = subprocess.Popen(
-                cmd, cwd=ROOT, env=env_for(db), stdout=subprocess.PIPE, text=True
-            )
-            try:
-                assert pruner.stdout is not None
-                pruner.stdout.readline()  # "pruning": its passes have started
-                d = loadgen(server.url, "pair", rate, GROWTH_CONNS, seconds)
-                out, _ = pruner.communicate(timeout=seconds + 120)
-            finally:
-                if pruner.poll() is None:
-                    pruner.kill()
-                    pruner.wait(10)
-            d["load_average"] = load
-            during.append(d)
-            p = json.loads(out.strip().splitlines()[-1])
-            pruned.append(p)
-            log(
-                f"growth: p99 {a['p99_ms']:.1f} ms alone, {d['p99_ms']:.1f} ms while pruning "
-                f"{p['rows_per_s']:.0f} rows/s ({p['promises']} promises, {p['tasks']} tasks "
-                f"in {p['seconds']:.1f} s); non200 {a['non200']} / {d['non200']}"
-            )
+            log(f"growth: p99 {a['p99_ms']:.1f} ms without pruning; non200 {a['non200']}")
+            for mode in PRUNE_MODES:
+                load = log_load(f"growth: create+settle at {rate:.0f} req/s, pruning ({mode})")
+                proc = pruner(db, mode, seconds)
+                try:
+                    assert proc.stdout is not None
+                    proc.stdout.readline()  # "pruning": it has started
+                    d = loadgen(server.url, "pair", rate, GROWTH_CONNS, seconds)
+                    printed, _ = proc.communicate(timeout=seconds + 120)
+                finally:
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait(10)
+                d["load_average"] = load
+                during[mode].append(d)
+                p = json.loads(printed.strip().splitlines()[-1])
+                pruned[mode].append(p)
+                log(
+                    f"growth: p99 {d['p99_ms']:.1f} ms while pruning ({mode}) "
+                    f"{p['rows_per_s']:.0f} rows/s ({p['promises']} promises, {p['tasks']} "
+                    f"tasks in {p['seconds']:.1f} s); non200 {d['non200']}"
+                )
     p99_alone = spread([a["p99_ms"] for a in alone])
-    p99_during = spread([d["p99_ms"] for d in during])
-    return {
+    out: dict[str, Any] = {
         "rate": rate,
         "seconds": seconds,
-        "batch": PRUNE_BATCH,
         "alone": alone,
-        "during": during,
-        "pruned": pruned,
         "p99_alone_ms": p99_alone,
-        "p99_during_ms": p99_during,
-        "p99_ratio": p99_during["median"] / p99_alone["median"],
-        "rows_per_s": spread([p["rows_per_s"] for p in pruned]),
-        "promises_per_s": spread([p["promises_per_s"] for p in pruned]),
-        "promises": sum(p["promises"] for p in pruned),
-        "tasks": sum(p["tasks"] for p in pruned),
-        "achieved_rate": spread([d["achieved_rate"] for d in during]),
+        "promises": sum(p["promises"] for m in PRUNE_MODES for p in pruned[m]),
+        "tasks": sum(p["tasks"] for m in PRUNE_MODES for p in pruned[m]),
     }
+    for mode in PRUNE_MODES:
+        p99 = spread([d["p99_ms"] for d in during[mode]])
+        out[mode] = {
+            "during": during[mode],
+            "pruned": pruned[mode],
+            "batch": pruned[mode][0]["batch"],
+            "interval_ms": pruned[mode][0]["interval_ms"],
+            "budget_ms": pruned[mode][0]["budget_ms"],
+            "p99_during_ms": p99,
+            "p99_ratio": p99["median"] / p99_alone["median"],
+            "rows_per_s": spread([p["rows_per_s"] for p in pruned[mode]]),
+            "promises_per_s": spread([p["promises_per_s"] for p in pruned[mode]]),
+            "promises": sum(p["promises"] for p in pruned[mode]),
+            "tasks": sum(p["tasks"] for p in pruned[mode]),
+            "non200": sum(d["non200"] for d in during[mode]),
+        }
+    return out
 
 
 def growth(
@@ -1424,23 +1445,32 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             )
         )
         p = g["prune"]
-        rows.append(
-            (
-                f"8 growth pruning rate under create+settle at {p['rate']:.0f} req/s "
-                f"(batch {p['batch']}, passes back to back)",
-                f"{ranged(p['rows_per_s'])} rows/s ({ranged(p['promises_per_s'])} promises/s)",
-                "-",
-                f"{p['promises']:,} promises, {p['tasks']:,} tasks deleted",
+        for mode, label in (("runner", "the step runner"), ("cli", "resonate prune")):
+            m = p[mode]
+            how = (
+                f"every {m['interval_ms']:,} ms for up to {m['budget_ms']} ms"
+                if mode == "runner"
+                else "passes back to back"
             )
-        )
-        rows.append(
-            (
-                f"8 growth create+settle p99 at {p['rate']:.0f} req/s, pruning / not",
-                f"{ranged(p['p99_during_ms'], ' ms', 1)} / {ranged(p['p99_alone_ms'], ' ms', 1)}",
-                "≤ 2x",
-                f"{met(p['p99_ratio'] <= 2)}; {p['p99_ratio']:.2f}x",
+            rows.append(
+                (
+                    f"8 growth pruning by {label} (batch {m['batch']}, {how}) under "
+                    f"create+settle at {p['rate']:.0f} req/s",
+                    f"{ranged(m['rows_per_s'])} rows/s ({ranged(m['promises_per_s'])} promises/s)",
+                    "-",
+                    f"{m['promises']:,} promises, {m['tasks']:,} tasks deleted",
+                )
             )
-        )
+            rows.append(
+                (
+                    f"8 growth create+settle p99 at {p['rate']:.0f} req/s, pruning by {label} "
+                    "/ not",
+                    f"{ranged(m['p99_during_ms'], ' ms', 1)} / "
+                    f"{ranged(p['p99_alone_ms'], ' ms', 1)}",
+                    "≤ 2x",
+                    f"{met(m['p99_ratio'] <= 2)}; {m['p99_ratio']:.2f}x; non-200: {m['non200']}",
+                )
+            )
         stages = ("sizes_before", "sizes_pruned", "sizes_vacuumed", "sizes_reinserted")
         for table in HOT_TABLES:
             sizes = [g[k][table] for k in stages]
