@@ -27,6 +27,7 @@ from promises.models import Promise
 from promises.selectors import PROMISE_STATES, FunctionStats, function_stats, projected_state_q
 from resonate_project.adminkit import changelist_url, duration, request_now, state_badge
 from resonate_project.core.present import iso
+from resonate_project.engine import retention
 from resonate_project.engine.outbox import subscriber_fresh_after
 from schedules.models import Schedule
 from tasks_app.models import Task, TaskState
@@ -591,6 +592,29 @@ def recent_workers(now: int, streams: list[StreamRow]) -> list[WorkerRow]:
 # --- the page -----------------------------------------------------------------------------------
 
 
+def retention_figures(now: int) -> dict[str, Any]:
+    """Retention's policy, how far behind it is and what it deleted (engine.retention)."""
+    found = retention.overview(now)
+    policy = found["policy"]
+    windows = [
+        (label, duration(ms))
+        for label, ms in (
+            ("settled trees", policy.promises_ms),
+            ("Django task results", policy.django_tasks_ms),
+            ("dead letters", policy.dead_letters_ms),
+        )
+        if ms
+    ]
+    oldest = found["oldest_age"]
+    return {
+        "windows": windows,
+        "oldest": None if oldest is None else duration(oldest),
+        "behind": found["behind"],
+        "totals": found["totals"],
+        "last": iso(found["last_at"]) if found["last_at"] is not None else None,
+    }
+
+
 def may_view(request: HttpRequest, model: type[Model]) -> bool:
     model_admin = admin.site.get_model_admin(model)
     return bool(model_admin.has_view_permission(request))
@@ -630,6 +654,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         context["failing"] = failing_destinations()
     if visible[Promise]:
         context["functions"] = function_rows(now)
+        context["retention"] = retention_figures(now)
     if visible[Message] or visible[Task]:
         streams, groups = connected_streams(now)
         if visible[Message]:

@@ -135,6 +135,22 @@ class RequestMinute(models.Model):
         return str(self.minute_ms)
 
 
+class RetentionTotal(models.Model):
+    """Rows retention deleted (``engine.retention``), by kind, summed over every runner since the
+    table was made; shown on the operator overview."""
+
+    kind = models.CharField(
+        max_length=20, primary_key=True, help_text="trees, promises, tasks, django_tasks, …"
+    )
+    rows = models.BigIntegerField(default=0)
+    last_at = models.BigIntegerField(
+        null=True, blank=True, help_text="ms: the last pass that deleted"
+    )
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.rows}"
+
+
 class Quarantine(models.Model):
     """A row an internal step could not process (it raised while the rest of its batch did not):
     set aside so the step goes on with the others, and shown to operators with its error. The

@@ -298,3 +298,23 @@ def test_a_promise_whose_id_another_tree_names_as_origin_stays_in_its_own_tree(a
     settle(api, "b:1")
     prune(LATER, POLICY, batch=100)
     assert present(["a", "b", "b:1"]) == {"a", "b"}
+
+
+def test_the_overview_shows_the_policy_how_far_behind_and_the_totals(
+    api: Api, admin_client: Any, settings: Any
+) -> None:
+    page = admin_client.get("/admin/overview/").content.decode()
+    assert "off: nothing is deleted" in page
+    ids = settled_tree(api, "old")
+    settings.RESONATE = {"RETENTION_MS": DAY}
+    page = admin_client.get("/admin/overview/").content.decode()
+    assert "keeps settled trees" in page
+    assert "(behind)" in page  # settled in 1970, kept a day
+    prune(LATER, POLICY, batch=100)
+    prune(LATER, POLICY, batch=100, dry_run=True)  # a dry run adds nothing
+    assert present(ids) == set()
+    page = admin_client.get("/admin/overview/").content.decode()
+    assert '<td class="n total-trees">1</td>' in page
+    assert '<td class="n total-promises">3</td>' in page
+    assert '<td class="n total-tasks">1</td>' in page
+    assert "(behind)" not in page

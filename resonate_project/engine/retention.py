@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.lookups import In
 
-from outbox.models import Message, Quarantine
+from outbox.models import Message, Quarantine, RetentionTotal
 from promises.models import Callback, Listener, Promise, PromiseState
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.schedules import expand
@@ -156,11 +156,49 @@ def prune_pass(
         for part in _chunks(keys, 100):
             done.add(_prune_trees(part, now, policy, dry_run))
     if policy.dead_letters_ms > 0:
-        done.dead_letters = _prune_dead_letters(now - policy.dead_letters_ms, batch, dry_run)
+        done.dead_letters = _prune_dead_letters(now - policy.dead_letters_ms, batch, dry_run, now)
         done.more = done.more or done.dead_letters == batch
     if not dry_run:
         metrics.record_pruned(done.counts())
     return done
+
+
+def _add_totals(counts: dict[str, int], now: int) -> None:
+    """What a transaction deleted, added to the totals every runner shares (the overview shows
+    them)."""
+    for kind, n in counts.items():
+        if not n:
+            continue
+        add = RetentionTotal.objects.filter(kind=kind)
+        if not add.update(rows=F("rows") + n, last_at=now):
+            _, created = RetentionTotal.objects.get_or_create(
+                kind=kind, defaults={"rows": n, "last_at": now}
+            )
+            if not created:  # another runner made the row meanwhile
+                add.update(rows=F("rows") + n, last_at=now)
+
+
+def overview(now: int) -> dict[str, Any]:
+    """The overview's retention figures: the policy, the oldest settled promise (retention keeps
+    up while it is about a window old) and the totals deleted."""
+    policy = Policy.from_settings()
+    oldest = (
+        Promise.objects.filter(settled_at__isnull=False)
+        .order_by("settled_at")
+        .values_list("settled_at", flat=True)
+        .first()
+    )
+    totals = {t.kind: t for t in RetentionTotal.objects.all()}
+    last = max((t.last_at for t in totals.values() if t.last_at is not None), default=None)
+    return {
+        "policy": policy,
+        "oldest_age": None if oldest is None else max(now - oldest, 0),
+        "behind": bool(policy.promises_ms)
+        and oldest is not None
+        and now - oldest > 2 * policy.promises_ms,
+        "totals": {kind: totals[kind].rows if kind in totals else 0 for kind in Pruned().counts()},
+        "last_at": last,
+    }
 
 
 def prune(
@@ -238,6 +276,7 @@ def _prune_trees(keys: list[str], now: int, policy: Policy, dry_run: bool) -> Pr
                 _delete(Job, "id", part)
                 _delete(Task, "id", part)
                 _delete(Promise, "id", part)
+            _add_totals(out.counts(), now)  # committed with the deletes
     return out
 
 
@@ -303,7 +342,7 @@ def _held(ids: list[str], rows: dict[str, tuple[Any, ...]]) -> set[str]:
     return held
 
 
-def _prune_dead_letters(before: int, batch: int, dry_run: bool) -> int:
+def _prune_dead_letters(before: int, batch: int, dry_run: bool, now: int) -> int:
     """Dead letters, and messages undeliverable (their stream never came back), older than the
     window."""
     old = Q(dead_at__isnull=False, dead_at__lt=before) | Q(
@@ -318,6 +357,7 @@ def _prune_dead_letters(before: int, batch: int, dry_run: bool) -> int:
         )
         if not dry_run and keys:
             Message.objects.filter(key__in=keys).delete()
+            _add_totals({"dead_letters": len(keys)}, now)
     return len(keys)
 
 
