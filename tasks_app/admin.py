@@ -137,7 +137,7 @@ class TaskAdmin(OperatorAdmin[Task]):
             {
                 "fields": ("release_count", "last_release_view", "last_pid"),
                 "description": "From the second task.release without progress (suspended, "
-                "resumed, a heartbeat, continued) each delays the next execute: "
+                "resumed, continued) each delays the next execute: "
                 "RELEASE_BACKOFF_BASE_MS, doubling up to RELEASE_BACKOFF_MAX_MS.",
             },
         ),

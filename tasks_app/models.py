@@ -35,7 +35,7 @@ class Task(models.Model):
         default=0,
         db_default=0,
         help_text="task.release calls since the task last made progress (suspended, resumed, "
-        "a heartbeat, continued); from the second on, each delays the next execute",
+        "continued); from the second on, each delays the next execute",
     )
     last_release_at = models.BigIntegerField(
         null=True, blank=True, help_text="ms: the last task.release"

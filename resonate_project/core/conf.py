@@ -24,10 +24,10 @@ class ResonateSettings:
     # > 0, or the retry step would be permanently enabled.
     RETRY_TIMEOUT_MS: int = 5000
     # Back-off for a task nobody can run (a deviation, docs/reference/deviations.md): the second
-    # and later consecutive task.release of a task without progress (suspended, resumed, a
-    # heartbeat, continued) delay its next execute by BASE, then doubling, at most MAX; the first
-    # release is redispatched at once, as the spec says. A stream joining the task's group ends
-    # the wait. 0 (either) disables the back-off.
+    # and later consecutive task.release of a task without progress (suspended, resumed by what
+    # it awaited, or continued) delay its next execute by BASE, then doubling, at most MAX; the
+    # first release is redispatched at once, as the spec says. A stream joining the task's group
+    # ends the wait. 0 (either) disables the back-off.
     RELEASE_BACKOFF_BASE_MS: int = 1000
     RELEASE_BACKOFF_MAX_MS: int = 60_000
     # Debug surface (C12): off means every debug.* answers 403 and resonate:debug_time is ignored.

@@ -188,16 +188,12 @@ def halt(t: Task) -> None:
 
 
 def extend_lease(t: Task, now: int) -> None:
-    """A heartbeat: the holder is running the task, which is progress (the release count
-    restarts)."""
+    """A heartbeat. Not progress for the release back-off: the SDKs heartbeat on a timer every
+    task they hold, one they are about to release for want of its function included."""
     assert t.ttl is not None
     expires_at = later(now, t.ttl)
     t.expires_at = expires_at
-    if t.release_count:
-        t.release_count = 0
-        rows.update(t, ["expires_at", "release_count"])
-    else:
-        rows.update(t, ["expires_at"])
+    rows.update(t, ["expires_at"])
     wake.deadline(expires_at, now)
 
 

@@ -102,8 +102,8 @@ class TaskRecordSerializer(serializers.Serializer):
     ttl = serializers.IntegerField(required=False)
     pid = serializers.CharField(required=False)
     releases = serializers.IntegerField(
-        help_text="task.release calls since the task last made progress (suspended, resumed, a "
-        "heartbeat, continued); from the second on, each delays its next execute "
+        help_text="task.release calls since the task last made progress (suspended, resumed, "
+        "continued); from the second on, each delays its next execute "
         "(RELEASE_BACKOFF_BASE_MS, doubling up to RELEASE_BACKOFF_MAX_MS)"
     )
     lastReleaseAt = serializers.IntegerField(required=False, help_text="ms: the last release")

@@ -23,6 +23,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='task',
             name='release_count',
-            field=models.IntegerField(db_default=0, default=0, help_text='task.release calls since the task last made progress (suspended, resumed, a heartbeat, continued); from the second on, each delays the next execute'),
+            field=models.IntegerField(db_default=0, default=0, help_text='task.release calls since the task last made progress (suspended, resumed, continued); from the second on, each delays the next execute'),
         ),
     ]
