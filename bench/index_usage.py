@@ -251,6 +251,7 @@ def redundancy(
             out[name] = {"constraint": True}
             continue
         worst, worst_key = 1.0, ""
+        by_mode = {"default": 1.0, "no_seqscan": 1.0}
         for mode, keys in users.items():
             for key in keys:
                 s = shapes[key]
@@ -260,10 +261,52 @@ def redundancy(
                     conn.execute(f"DROP INDEX {name}".encode())
                     after = cost(conn, text, mode == "no_seqscan")
                 ratio = after / before if before else 1.0
+                by_mode[mode] = max(by_mode[mode], ratio)
                 if ratio > worst:
                     worst, worst_key = ratio, key
-        out[name] = {"worst_cost_ratio_without": worst, "worst_statement": worst_key}
+        out[name] = {
+            "worst_cost_ratio_without": worst,
+            "worst_statement": worst_key,
+            "worst_by_mode": by_mode,
+        }
     return out
+
+
+def verdict(r: dict[str, Any]) -> str:
+    if not r["default"] and not r["no_seqscan"]:
+        return "serves no statement"
+    if r.get("constraint"):
+        return "a constraint's (kept)"
+    worst = r.get("worst_cost_ratio_without", 1.0)
+    if worst < 1.05:
+        return "redundant: planned as cheaply without it"
+    default = r.get("worst_by_mode", {}).get("default", worst)
+    if default >= 1.05:
+        return f"needed: a statement costs x{default:,.1f} without it"
+    # Only with sequential scans off (disable_cost): at this data size a scan is cheaper, at
+    # production size this is the one index for the statement.
+    return "needed: the only index path for a statement (else a sequential scan)"
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """One row per index: the statements it serves, what they would cost without it, and one
+    of them (the one that would lose most)."""
+    out = [
+        f"{res['statements']} statement shapes on the hot tables, planned by EXPLAIN "
+        "(bench/index_usage.py).",
+        "",
+        "| index | statements (+ with seq scans off) | verdict | e.g. |",
+        "|---|---|---|---|",
+    ]
+    for name, r in res["indexes"].items():
+        extra = len(set(r["no_seqscan"]) - set(r["default"]))
+        example = r.get("worst_statement") or (r["default"] or r["no_seqscan"] or [""])[0]
+        where = example.find(" WHERE ")
+        example = (example[where + 7 :] if where >= 0 else example)[:140].replace("|", "\\|")
+        out.append(
+            f"| {r['table']}.{name} | {len(r['default'])} (+{extra}) | {verdict(r)} | `{example}` |"
+        )
+    return "\n".join(out) + "\n"
 
 
 def main() -> None:
@@ -272,10 +315,13 @@ def main() -> None:
     parser.add_argument("--db", required=True)
     parser.add_argument("--fill", action="store_true", help="add outbox, callback, listener rows")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--markdown", type=Path, help="a table: index, statements, verdict")
     args = parser.parse_args()
     res = explain(args.db, args.capture, args.fill)
     if args.json:
         args.json.write_text(json.dumps(res, indent=2) + "\n")
+    if args.markdown:
+        args.markdown.write_text(markdown(res))
     print(
         f"{res['statements']} statement shapes on the hot tables; "
         f"{len(res['failed'])} not explained"
