@@ -279,19 +279,22 @@ def ack(items: list[Claimed]) -> int:
 def revive(routes: Sequence[str], now: int) -> int:
     """A stream for these routes is connected: its undeliverable messages (unicast, set aside
     while nobody held that stream) are due again at once, live as if written now. Returns how
-    many."""
+    many. Most calls find none: a read of the partial index answers that per chunk of routes,
+    and no write is taken then (the hub calls this on every refresh of its registrations)."""
     n = 0
     for i in range(0, len(routes), _CHUNK):
-        n += Message.objects.filter(
+        found = Message.objects.filter(
             poll_route__in=routes[i : i + _CHUNK], undeliverable_at__isnull=False
-        ).update(
-            dead_at=None,
-            undeliverable_at=None,
-            next_attempt_at=now,
-            attempts=0,
-            last_error="",
-            revision=F("revision") + 1,
         )
+        if found.exists():
+            n += found.update(
+                dead_at=None,
+                undeliverable_at=None,
+                next_attempt_at=now,
+                attempts=0,
+                last_error="",
+                revision=F("revision") + 1,
+            )
     metrics.record_undeliverable("revived", n)
     return n
 
