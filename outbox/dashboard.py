@@ -136,9 +136,9 @@ TRANSPORT = Case(
 )
 
 
-def outbox_backlog(now: int) -> tuple[list[Backlog], Figure]:
-    """Live messages per transport (all, and due now with the oldest one's age), and the dead
-    letters."""
+def outbox_backlog(now: int) -> tuple[list[Backlog], Figure, Figure]:
+    """Live messages per transport (all, and due now with the oldest one's age), the dead
+    letters, and the messages set aside as undeliverable (their stream gone)."""
     live = Q(dead_at__isnull=True)
     due = live & Q(next_attempt_at__lte=now)
     rows = (
@@ -148,7 +148,8 @@ def outbox_backlog(now: int) -> tuple[list[Backlog], Figure]:
             live=Count("pk", filter=live),
             due=Count("pk", filter=due),
             oldest_due=Min("created_at", filter=due),
-            dead=Count("pk", filter=Q(dead_at__isnull=False)),
+            dead=Count("pk", filter=Q(dead_at__isnull=False, undeliverable_at__isnull=True)),
+            undeliverable=Count("pk", filter=Q(undeliverable_at__isnull=False)),
         )
         .order_by()
     )
@@ -170,7 +171,12 @@ def outbox_backlog(now: int) -> tuple[list[Backlog], Figure]:
             )
         )
     dead = sum(r["dead"] for r in found.values())
-    return backlog, Figure("dead letters", dead, changelist_url(Message, dead="yes"))
+    undeliverable = sum(r["undeliverable"] for r in found.values())
+    return (
+        backlog,
+        Figure("dead letters", dead, changelist_url(Message, dead="yes")),
+        Figure("undeliverable", undeliverable, changelist_url(Message, dead="undeliverable")),
+    )
 
 
 def destination() -> Case:
@@ -650,7 +656,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     if visible[Task]:
         context["tasks"] = task_states(now)
     if visible[Message]:
-        context["backlog"], context["dead"] = outbox_backlog(now)
+        context["backlog"], context["dead"], context["undeliverable"] = outbox_backlog(now)
         context["failing"] = failing_destinations()
     if visible[Promise]:
         context["functions"] = function_rows(now)

@@ -331,3 +331,15 @@ def test_the_overview_is_for_staff_with_view_permissions(db: Any) -> None:
     assert refused["Location"].startswith(reverse("admin:login"))
     no_permission = as_user(staff("bare", []))
     assert no_permission.get(URL).status_code == 403
+
+
+def test_undeliverable_messages_are_counted_apart_from_dead_letters(viewer: Client, T: int) -> None:
+    common = {"kind": "unblock", "address": "poll://uni@g/gone", "created_at": T - 60_000}
+    Message.objects.create(key="gone:notify:a", dead_at=T, undeliverable_at=T, **common)
+    Message.objects.create(key="dead:notify:b", dead_at=T, **common)
+    html = viewer.get(URL).content.decode()
+    messages = "/admin/outbox/message/"
+    assert linked(html, f"{messages}?dead=yes") == "1"
+    assert linked(html, f"{messages}?dead=undeliverable") == "1"
+    listing = viewer.get(f"{messages}?dead=undeliverable")
+    assert [m.key for m in listing.context["cl"].result_list] == ["gone:notify:a"]
