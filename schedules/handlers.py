@@ -34,10 +34,10 @@ def schedule_get(req: ScheduleGetReq, now: int) -> Response:
     return ok({"schedule": schedule_record(s)})
 
 
-def check_schedule_create(req: ScheduleCreateReq, now: int) -> int:
-    """S-02's refusals, decided before anything is read or written; the first run it would have
-    (the first cron instant strictly after ``now``). The admin's form asks this too, so what an
-    operator types is refused exactly as a client's request is."""
+def check_schedule_create(req: ScheduleCreateReq) -> None:
+    """S-02's refusals of the request itself, decided before anything is read or written. The
+    admin's form asks this too (with :func:`first_run`), so what an operator types is refused
+    exactly as a client's request is."""
     check_tags("promiseTags", req.promise_tags)
     if is_timer(req.promise_tags) and TARGET in req.promise_tags:
         raise InvalidRequest(
@@ -48,6 +48,10 @@ def check_schedule_create(req: ScheduleCreateReq, now: int) -> int:
         raise InvalidRequest(
             f"cron is not a valid 5- or 6-field cron expression: {req.cron!r}", field="cron"
         )
+
+
+def first_run(req: ScheduleCreateReq, now: int) -> int:
+    """The first cron instant strictly after ``now``; refused when there is none."""
     try:
         return cron.next_after(req.cron, now)
     except cron.NoNextRun as exc:  # a debug clock near year 9999; refused before any write
@@ -57,11 +61,12 @@ def check_schedule_create(req: ScheduleCreateReq, now: int) -> int:
 def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
     """S-02. Idempotent by id (an existing schedule is returned unchanged); the first run is the
     first cron instant strictly after ``now``."""
-    next_run_at = check_schedule_create(req, now)
+    check_schedule_create(req)
     with unit_of_work(now):
         existing = Schedule.objects.select_for_update().filter(id=req.id).first()
         if existing is not None:
             return ok({"schedule": schedule_record(existing)})
+        next_run_at = first_run(req, now)
         s = Schedule(
             id=req.id,
             cron=req.cron,

@@ -81,7 +81,8 @@ def schedule_preview(
         promiseParam=value_fields(promise_param),
         promiseTags=dict(promise_tags or {}),
     )
-    times = [handlers.check_schedule_create(req, now)]
+    handlers.check_schedule_create(req)
+    times = [handlers.first_run(req, now)]
     while len(times) < count:
         try:
             times.append(next_after(req.cron, times[-1]))
@@ -113,7 +114,8 @@ def schedule_replace(
         promiseParam=value_fields(promise_param),
         promiseTags=dict(promise_tags or {}),
     )
-    handlers.check_schedule_create(req, now)
+    handlers.check_schedule_create(req)
+    handlers.first_run(req, now)
     with transaction.atomic():
         handlers.schedule_delete(checked(ScheduleDeleteReq, id=id), now)
         return cast(ScheduleRecord, handlers.schedule_create(req, now).data["schedule"])
