@@ -35,7 +35,7 @@ each protocol figure next to the database's own ceiling measured in the same run
    with their tasks (1,000,000 with ``--quick``; built with SQL by bench/djtool.py load-trees).
    (a) create+settle and the task cycle from wrk on it and on the empty one, in ABBA order, each
    run on a fresh server: the ratio of medians, min and max, load averages, CPU per 1,000
-   requests; (b) while loadgen offers create+settle at a fixed rate (half the empty database's
+   requests; (b) while loadgen offers create+settle at a fixed rate (half the settled database's
    rate), retention as the step runner prunes (engine.retention.tick: RETENTION_INTERVAL_MS,
    RETENTION_BUDGET_MS, RETENTION_BATCH at their defaults) and as ``manage.py resonate prune``
    does (passes back to back): rows deleted per second, and the load's p99 then over its p99
@@ -1158,7 +1158,8 @@ def growth(
         )
         out["http"] = growth_http(empty, full, seconds, repeats)
         out["sizes_before"] = relation_sizes(full)
-        rate = out["http"]["pair"]["empty"]["rps"]["median"] / 2
+        # Half what the settled database served at full rate: the load runs on that database.
+        rate = out["http"]["pair"]["full"]["rps"]["median"] / 2
         out["prune"] = prune_under_load(full, rate, max(seconds * 2, 10), repeats)
         full.sql("ANALYZE")  # the statistics' dead rows (autovacuum may be off on this server)
         out["sizes_pruned"] = relation_sizes(full)
