@@ -1177,15 +1177,21 @@ def growth(
             )  # fmt: skip
         full.sql("ANALYZE")
         out["sizes_reinserted"] = relation_sizes(full)
-    vac, again_sizes = out["sizes_vacuumed"], out["sizes_reinserted"]
-    freed = out["sizes_before"]
-    out["reuse"] = {}
-    for table in ("promises_promise", "tasks_app_task"):
+    out["reuse"] = reuse(out)
+    return out
+
+
+def reuse(g: dict[str, Any]) -> dict[str, Any]:
+    """Whether inserting as many rows as the prune deleted grew the heap after the VACUUM: by
+    no more than REUSE_TOLERANCE of the rows' size (and a few pages)."""
+    vac, again_sizes, before = g["sizes_vacuumed"], g["sizes_reinserted"], g["sizes_before"]
+    freed_rows = {"promises_promise": g["prune"]["promises"], "tasks_app_task": g["prune"]["tasks"]}
+    out: dict[str, Any] = {}
+    for table, rows in freed_rows.items():
         grown = again_sizes[table]["heap"] - vac[table]["heap"]
-        live_freed = max(freed[table]["live_rows"] - vac[table]["live_rows"], 1)
-        bytes_per_row = freed[table]["heap"] / max(freed[table]["live_rows"], 1)
-        allowance = REUSE_TOLERANCE * live_freed * bytes_per_row + 8192 * 4
-        out["reuse"][table] = {
+        bytes_per_row = before[table]["heap"] / max(before[table]["live_rows"], 1)
+        allowance = REUSE_TOLERANCE * rows * bytes_per_row + 8192 * 4
+        out[table] = {
             "heap_grown": grown,
             "index_grown": sum(again_sizes[table]["indexes"].values())
             - sum(vac[table]["indexes"].values()),
@@ -1193,10 +1199,10 @@ def growth(
                 name: size - vac[table]["indexes"].get(name, 0)
                 for name, size in again_sizes[table]["indexes"].items()
             },
-            "rows_freed": live_freed,
+            "rows_freed": rows,
             "reused": grown <= allowance,
-            "index_vacuum": out["vacuum"][table]["index_vacuum"],
-            "vacuum_report": out["vacuum"][table]["report"],
+            "index_vacuum": g["vacuum"][table]["index_vacuum"],
+            "vacuum_report": g["vacuum"][table]["report"],
         }
     return out
 
@@ -1544,7 +1550,8 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 (
                     f"8 growth {table}: heap growth on inserting the pruned count again "
                     "after VACUUM",
-                    f"{r['heap_grown']:,} bytes (indexes {r['index_grown']:+,} bytes)",
+                    f"{r['heap_grown']:,} bytes for {r['rows_freed']:,} rows "
+                    f"(indexes {r['index_grown']:+,} bytes)",
                     "space reused (no growth)",
                     met(r["reused"])
                     + (
