@@ -305,14 +305,18 @@ def load_trees(prefix: str, promises: int, settled_before: int, fast: bool) -> d
     }
 
 
+CLI_PACE = 1.0  # manage.py resonate prune's default --pace
+
+
 def prune(
     older_than_ms: int, batch: int | None, max_seconds: float, runner: bool
 ) -> dict[str, Any]:
     """Retention for ``max_seconds``, window ``older_than_ms``: as the step runner does it
     (``runner``: ``engine.retention.tick`` called every 10 ms; it prunes every
     RETENTION_INTERVAL_MS for up to RETENTION_BUDGET_MS, the settings' defaults), or as
-    ``manage.py resonate prune`` does it (``prune_pass`` back to back with its cursor, until a
-    pass reads nothing more). Prints a line when it starts, so the caller can start its load."""
+    ``manage.py resonate prune`` does it (``prune_pass`` with its cursor, paced as its default
+    --pace, until a pass reads nothing more). Prints a line when it starts, so the caller can
+    start its load."""
     from resonate_project.core.conf import resonate_settings
     from resonate_project.engine import retention
 
@@ -329,10 +333,12 @@ def prune(
                 time.sleep(0.01)
                 continue
         else:
+            started = time.perf_counter()
             one = retention.prune_pass(now_ms(), policy, batch=batch, cursor=cursor)
             cursor = one.cursor
             if not one.more and not one.trees:
                 break
+            time.sleep(CLI_PACE * (time.perf_counter() - started))  # resonate prune's --pace
         total.add(one)
         passes += 1
     seconds = time.perf_counter() - t0

@@ -265,6 +265,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_argument(
         "--dry-run", action="store_true", help="count what would be deleted; delete nothing"
     )
+    sub.add_argument(
+        "--pace",
+        type=float,
+        default=1.0,
+        help="after each pass wait this many times as long as it took (default 1: prune half "
+        "the time, so requests keep the database; 0: as fast as it can)",
+    )
     sub.add_argument("--json", action="store_true", help="print the counts as JSON")
     sub.set_defaults(run=prune)
 
@@ -559,8 +566,14 @@ def prune(ctx: Ctx, args: argparse.Namespace) -> None:
             "nothing to prune: no retention window (pass --older-than, or set RETENTION_MS, "
             "RETENTION_DJANGO_TASKS_MS or RETENTION_DEAD_LETTERS_MS)"
         )
+    if args.pace < 0:
+        raise CliError("--pace must be 0 or more")
     done = prune_all(
-        ctx.now, policy, batch=resonate_settings().RETENTION_BATCH, dry_run=args.dry_run
+        ctx.now,
+        policy,
+        batch=resonate_settings().RETENTION_BATCH,
+        dry_run=args.dry_run,
+        pace=args.pace,
     )
     counts = {**done.counts(), "dry_run": args.dry_run}
     verb = "would delete" if args.dry_run else "deleted"

@@ -318,3 +318,11 @@ def test_the_overview_shows_the_policy_how_far_behind_and_the_totals(
     assert '<td class="n total-promises">3</td>' in page
     assert '<td class="n total-tasks">1</td>' in page
     assert "(behind)" not in page
+
+
+def test_the_prune_command_paces_itself_and_refuses_a_negative_pace(api: Api) -> None:
+    ids = settled_tree(api, "old")
+    with pytest.raises(CommandError, match="--pace must be 0 or more"):
+        resonate("prune", "--older-than", "1d", "--pace", "-1")
+    assert present(ids) == set(ids)
+    assert "deleted 1 trees" in resonate("prune", "--older-than", "1d", "--pace", "0")

@@ -202,19 +202,30 @@ def overview(now: int) -> dict[str, Any]:
 
 
 def prune(
-    now: int, policy: Policy, *, batch: int, dry_run: bool = False, passes: int | None = None
+    now: int,
+    policy: Policy,
+    *,
+    batch: int,
+    dry_run: bool = False,
+    passes: int | None = None,
+    pace: float = 0.0,
 ) -> Pruned:
     """Passes until both runs have read to their end (everything looked at once), or ``passes``
     of them: ``manage.py resonate prune``. A dry run reads each candidate once, deleting
-    nothing, so its counts are what one real prune would delete."""
+    nothing, so its counts are what one real prune would delete. ``pace``: after each pass, wait
+    that many times as long as the pass took (1.0: prune half the time), so requests keep the
+    database while a large backlog goes."""
     total, cursor, n = Pruned(), None, 0
     while True:
+        started = time.monotonic()
         one = prune_pass(now, policy, batch=batch, cursor=cursor, dry_run=dry_run)
         total.add(one)
         cursor, n = one.cursor, n + 1
         if not one.more or (passes is not None and n >= passes):
             total.cursor, total.more = cursor, one.more
             return total
+        if pace > 0:
+            time.sleep(pace * (time.monotonic() - started))
 
 
 def _origin() -> KeyTextTransform:
