@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django_migration_linter import MigrationLinter
 
-from tests.release import PREVIOUS
+from tests.release import PREVIOUS, git_at_previous
 
-ROOT = Path(__file__).resolve().parents[1]
 APPS = {
     "promises": "promises/migrations",
     "tasks_app": "tasks_app/migrations",
@@ -40,19 +37,8 @@ def released() -> set[tuple[str, str]]:
     """(app, migration) pairs the previous release shipped."""
     found: set[tuple[str, str]] = set()
     for app, folder in APPS.items():
-        done = subprocess.run(
-            ["git", "ls-tree", "--name-only", PREVIOUS, f"{folder}/"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            reason = f"commit {PREVIOUS} is not in this clone: {done.stderr.strip()}"
-            if os.environ.get("CI") == "true":
-                pytest.fail(reason)
-            pytest.skip(reason)
-        for line in done.stdout.splitlines():
+        listing = git_at_previous("ls-tree", "--name-only", PREVIOUS, f"{folder}/")
+        for line in listing.splitlines():
             name = Path(line).stem
             if re.match(r"\d{4}_", name):
                 found.add((app, name))

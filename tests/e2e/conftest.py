@@ -100,9 +100,10 @@ def node_sdk() -> tools.NodeSdk:
         raise
 
 
-def _embedded(logdir: Path) -> Iterator[Stack]:
+def _embedded(logdir: Path, extra: dict[str, str] | None = None) -> Iterator[Stack]:
+    """``manage.py serve`` alone on a fresh SQLite file; ``extra``: settings on top of SETTINGS."""
     db = logdir / "resonate.sqlite3"
-    env = _server_env(f"sqlite:///{db}", None)
+    env = {**_server_env(f"sqlite:///{db}", None), **(extra or {})}
     migrate(env)
     url = f"http://127.0.0.1:{free_port()}"
     stack = Stack("embedded", url, env, logdir, Outbox(sqlite_path=db))
@@ -113,11 +114,12 @@ def _embedded(logdir: Path) -> Iterator[Stack]:
         stack.stop()
 
 
-def _production(logdir: Path) -> Iterator[Stack]:
+def _production(logdir: Path, extra: dict[str, str] | None = None) -> Iterator[Stack]:
+    """PostgreSQL, Redis, web, Celery worker and beat; ``extra``: settings on top of SETTINGS."""
     name = create_pg_database()
     stack = None
     try:
-        env = _server_env(PG_URL.format(name=name), _redis_url())
+        env = {**_server_env(PG_URL.format(name=name), _redis_url()), **(extra or {})}
         migrate(env)
         url = f"http://127.0.0.1:{free_port()}"
         stack = Stack("production", url, env, logdir, Outbox(pg_name=name))

@@ -26,19 +26,13 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.harness import (
-    PG_URL,
-    Outbox,
     Proc,
     Stack,
-    create_pg_database,
-    drop_pg_database,
-    free_port,
-    migrate,
     spawn,
 )
 
 from . import tools
-from .conftest import _redis_url, _server_env
+from .conftest import _embedded, _production
 from .sdk import Programs, decode, encode, poll, unique
 from .tools import env_for_programs
 
@@ -62,36 +56,6 @@ def _settings() -> dict[str, str]:
     return {"RESONATE_UNDELIVERABLE_AFTER_MS": str(WINDOW_MS), **BACKOFF}
 
 
-def _embedded(logdir: Path) -> Iterator[Stack]:
-    db = logdir / "resonate.sqlite3"
-    env = {**_server_env(f"sqlite:///{db}", None), **_settings()}
-    migrate(env)
-    stack = Stack("embedded", f"http://127.0.0.1:{free_port()}", env, logdir, Outbox(None, db))
-    try:
-        stack.start_web()
-        yield stack
-    finally:
-        stack.stop()
-
-
-def _production(logdir: Path) -> Iterator[Stack]:
-    name = create_pg_database()
-    stack = None
-    try:
-        env = {**_server_env(PG_URL.format(name=name), _redis_url()), **_settings()}
-        migrate(env)
-        url = f"http://127.0.0.1:{free_port()}"
-        stack = Stack("production", url, env, logdir, Outbox(pg_name=name))
-        stack.start_web("--no-embedded")
-        stack.start_worker()
-        stack.start_beat()
-        yield stack
-    finally:
-        if stack is not None:
-            stack.stop()
-        drop_pg_database(name)
-
-
 @pytest.fixture(scope="module", params=["embedded", "production"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -99,7 +63,7 @@ def server(
     """A server of its own (this test's settings), one shape at a time."""
     logdir = tmp_path_factory.mktemp(f"e2e-clean-{request.param}")
     shape = _embedded if request.param == "embedded" else _production
-    yield from shape(logdir)
+    yield from shape(logdir, _settings())
 
 
 # --- the README's quickstarts, as a reader copies them ------------------------------------------

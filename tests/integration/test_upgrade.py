@@ -7,8 +7,6 @@ tree's server reads what it wrote.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +28,7 @@ from tests.integration.harness import (
     spawn,
     unique,
 )
-from tests.release import PREVIOUS
+from tests.release import PREVIOUS, git_at_previous
 
 from .conftest import require_services
 
@@ -38,18 +36,7 @@ from .conftest import require_services
 def previous_release(into: Path) -> Path:
     """The previous release's tree, from this clone's history."""
     archive = into / "previous.tar"
-    done = subprocess.run(
-        ["git", "archive", "--format=tar", "-o", str(archive), PREVIOUS],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        reason = f"commit {PREVIOUS} is not in this clone: {done.stderr.strip()}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+    git_at_previous("archive", "--format=tar", "-o", str(archive), PREVIOUS)
     tree = into / "previous"
     with tarfile.open(archive) as tar:
         tar.extractall(tree, filter="data")
