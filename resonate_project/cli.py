@@ -96,13 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     def value_options(sub: Any, prefix: str = "") -> None:
         sub.add_argument(f"--{prefix}data", help="value data (text, sent base64-encoded)")
+        pairs(sub, f"--{prefix}header", "a value header (repeatable)")
+
+    def pairs(sub: Any, flag: str, help: str) -> None:
+        """A repeatable ``K=V`` option (tags, headers)."""
         sub.add_argument(
-            f"--{prefix}header",
-            type=key_value,
-            action="append",
-            default=[],
-            metavar="K=V",
-            help="a value header (repeatable)",
+            flag, type=key_value, action="append", default=[], metavar="K=V", help=help
         )
 
     def page_options(sub: Any) -> None:
@@ -119,14 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.add_argument("id")
     sub.add_argument("--timeout", type=duration, required=True, help="e.g. 1h, 30m, 10s")
     value_options(sub)
-    sub.add_argument(
-        "--tag",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="a tag, e.g. resonate:target=poll://any@default (repeatable)",
-    )
+    pairs(sub, "--tag", "a tag, e.g. resonate:target=poll://any@default (repeatable)")
     for name, state in SETTLE_STATES.items():
         sub = command(promises, name, promise_settle, f"settle a promise as {state}")
         sub.add_argument("id")
@@ -134,14 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sub.set_defaults(state=state)
     sub = command(promises, "search", promise_search, "list promises by state and tags")
     sub.add_argument("--state", choices=PROMISE_STATES)
-    sub.add_argument(
-        "--tag",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="only promises with this tag (repeatable: all of them)",
-    )
+    pairs(sub, "--tag", "only promises with this tag (repeatable: all of them)")
     page_options(sub)
 
     tasks = groups.add_parser("tasks", help="tasks").add_subparsers(dest="action", required=True)
@@ -164,24 +149,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sub.add_argument("--promise-timeout", type=duration, required=True, help="e.g. 1h")
     value_options(sub, prefix="promise-")
-    sub.add_argument(
-        "--promise-tag",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="a tag of every occurrence promise (repeatable)",
-    )
+    pairs(sub, "--promise-tag", "a tag of every occurrence promise (repeatable)")
     command(schedules, "delete", schedule_delete, "delete a schedule").add_argument("id")
     sub = command(schedules, "search", schedule_search, "list schedules by promise tags")
-    sub.add_argument(
-        "--tag",
-        type=key_value,
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="only schedules whose promises carry this tag (repeatable)",
-    )
+    pairs(sub, "--tag", "only schedules whose promises carry this tag (repeatable)")
     page_options(sub)
 
     sub = command(groups, "invoke", invoke, "start a function run: a promise with a target")

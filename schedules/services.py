@@ -29,6 +29,26 @@ from schedules import handlers
 from schedules.models import Schedule
 
 
+def _create_req(
+    id: str,
+    cron: str,
+    promise_id: str,
+    promise_timeout: int,
+    promise_param: ValueArg,
+    promise_tags: Mapping[str, str] | None,
+) -> ScheduleCreateReq:
+    """The S-02 request a create, a preview and an edit all check (400s naming the field)."""
+    return checked(
+        ScheduleCreateReq,
+        id=id,
+        cron=cron,
+        promiseId=promise_id,
+        promiseTimeout=promise_timeout,
+        promiseParam=value_fields(promise_param),
+        promiseTags=dict(promise_tags or {}),
+    )
+
+
 def schedule_get(*, id: str, now: int) -> ScheduleRecord:
     """S-01: the stored schedule (``NotFound`` if absent)."""
     res = handlers.schedule_get(checked(ScheduleGetReq, id=id), now)
@@ -47,15 +67,7 @@ def schedule_create(
 ) -> ScheduleRecord:
     """S-02, idempotent by id: every cron instant creates a promise ``promise_id`` (``{{.id}}``
     and ``{{.timestamp}}`` expand) with ``promise_timeout`` ms to settle."""
-    req = checked(
-        ScheduleCreateReq,
-        id=id,
-        cron=cron,
-        promiseId=promise_id,
-        promiseTimeout=promise_timeout,
-        promiseParam=value_fields(promise_param),
-        promiseTags=dict(promise_tags or {}),
-    )
+    req = _create_req(id, cron, promise_id, promise_timeout, promise_param, promise_tags)
     return cast(ScheduleRecord, handlers.schedule_create(req, now).data["schedule"])
 
 
@@ -72,15 +84,7 @@ def schedule_preview(
 ) -> list[int]:
     """What ``schedule_create`` would refuse, refused the same way (``ProtocolError`` naming the
     field), else the first ``count`` fire times it would have from ``now``. Writes nothing."""
-    req = checked(
-        ScheduleCreateReq,
-        id=id,
-        cron=cron,
-        promiseId=promise_id,
-        promiseTimeout=promise_timeout,
-        promiseParam=value_fields(promise_param),
-        promiseTags=dict(promise_tags or {}),
-    )
+    req = _create_req(id, cron, promise_id, promise_timeout, promise_param, promise_tags)
     handlers.check_schedule_create(req)
     times = [handlers.first_run(req, now)]
     while len(times) < count:
@@ -105,15 +109,7 @@ def schedule_replace(
     and a refused create leaves the old one as it was. The next run is the first instant of the
     new cron after ``now``; occurrences already created are left alone (``NotFound`` if the
     schedule is gone)."""
-    req = checked(
-        ScheduleCreateReq,
-        id=id,
-        cron=cron,
-        promiseId=promise_id,
-        promiseTimeout=promise_timeout,
-        promiseParam=value_fields(promise_param),
-        promiseTags=dict(promise_tags or {}),
-    )
+    req = _create_req(id, cron, promise_id, promise_timeout, promise_param, promise_tags)
     handlers.check_schedule_create(req)
     handlers.first_run(req, now)
     with transaction.atomic():
