@@ -6,7 +6,7 @@ import sys
 def main() -> None:
     if sys.argv[1:2] == ["resonate"]:
         # A call to a running server (--server) needs no Django set up: the CLI's thin path.
-        from resonate_project import cli
+        from resonate_project.edges import cli
 
         if cli.wants_server(sys.argv[2:]):
             status = cli.main_remote(sys.argv[2:])

@@ -41,7 +41,7 @@ from django.db import connection, transaction  # noqa: E402
 from outbox.models import Message  # noqa: E402
 from promises.models import Promise  # noqa: E402
 from resonate_project.core.clock import now_ms  # noqa: E402
-from resonate_project.envelope import handle_body  # noqa: E402
+from resonate_project.edges.envelope import handle_body  # noqa: E402
 from tasks_app.models import Task  # noqa: E402
 
 VERSION = "2026-04-01"

@@ -1,7 +1,7 @@
 """The operator console for the outbox: what is still to be delivered, to where, how old, how
 often tried and why it failed, which push messages were dead-lettered and which unicast poll
 messages were set aside as undeliverable; re-send (which revives either) and purge (either).
-See ``resonate_project/adminkit.py`` for the rules every console page follows."""
+See ``resonate_project/edges/admin/kit.py`` for the rules every console page follows."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString
 from outbox.delivery import wire
 from outbox.models import PUSH_Q, Message, Quarantine
 from outbox.services import purge, resend
-from resonate_project.adminkit import (
+from resonate_project.edges.admin.kit import (
     EMPTY,
     OperatorAdmin,
     Report,
@@ -31,8 +31,8 @@ from tasks_app.models import Task
 
 ERROR_CHARS = 80  # of last_error in the list
 
-# The index links to the operator overview (outbox/dashboard.py) above the apps, unless a host
-# site has an index template of its own.
+# The index links to the operator overview (resonate_project/edges/admin/dashboard.py) above
+# the apps, unless a host site has an index template of its own.
 if admin.site.index_template is None:
     admin.site.index_template = "admin/resonate_index.html"
 

@@ -6,7 +6,7 @@ from django.apps import AppConfig
 def _metronome(sender: Any, **kwargs: Any) -> None:
     """Celery beat has created its scheduler (any Celery app: the project's or a host's)."""
     try:
-        from outbox.beat import on_beat_init
+        from resonate_project.runtime.beat import on_beat_init
     except ImportError as exc:  # django-celery-beat is the `celery` extra
         raise SystemExit(
             f"django-resonate: celery beat needs django-celery-beat ({exc}); install "

@@ -124,7 +124,8 @@ class Subscriber(models.Model):
 
 class RequestMinute(models.Model):
     """``POST /`` requests answered in one minute, by status class, summed over every web process
-    (each adds what it counted, ``outbox.traffic``). Kept for a day, for the operator overview."""
+    (each adds what it counted, ``resonate_project.runtime.traffic``). Kept for a day, for the
+    operator overview."""
 
     minute_ms = models.BigIntegerField(primary_key=True, help_text="ms: the minute's start")
     ok = models.IntegerField(default=0, help_text="answered below 400")

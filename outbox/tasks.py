@@ -6,8 +6,9 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import close_old_connections
 
-from outbox import push, ticker
+from outbox import push
 from resonate_project.core.conf import resonate_settings
+from resonate_project.runtime import ticker
 
 
 @shared_task(name="resonate.tick", ignore_result=True)

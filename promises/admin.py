@@ -1,4 +1,4 @@
-"""The operator console for promises (the framework it stands on is ``resonate_project.adminkit``).
+"""The operator console for promises (it stands on ``resonate_project.edges.admin.kit``).
 
 Settling goes through ``promises.services.promise_settle``, with ``now`` read once per action.
 """
@@ -17,9 +17,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from promises import runs
 from promises.models import Callback, Listener, Promise
-from promises.runs import function_html
 from promises.selectors import (
     PROMISE_STATES,
     ROOT_Q,
@@ -29,7 +27,10 @@ from promises.selectors import (
     root_of,
 )
 from promises.services import promise_settle
-from resonate_project.adminkit import (
+from resonate_project.core.protocol import is_live, projected_state, viewed_task_state
+from resonate_project.core.tags import PARENT
+from resonate_project.edges.admin import runs
+from resonate_project.edges.admin.kit import (
     EMPTY,
     RELATED_SHOWN,
     TREE_ANCESTORS,
@@ -51,8 +52,7 @@ from resonate_project.adminkit import (
     task_of,
     when,
 )
-from resonate_project.core.protocol import is_live, projected_state, viewed_task_state
-from resonate_project.core.tags import PARENT
+from resonate_project.edges.admin.runs import function_html
 
 # --- promises ------------------------------------------------------------------------------------
 

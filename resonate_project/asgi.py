@@ -2,7 +2,7 @@
 ``resonate_project.embed.asgi.wrap`` (``POST /`` and SSE before Django's middleware, and every
 path's body held to ``MAX_BODY_BYTES``), and :class:`HttpProtocol`, the HTTP protocol ``manage.py
 serve`` runs it under. ``manage.py serve`` starts the internal steps and push itself when no
-broker is set (``outbox.embedded``)."""
+broker is set (``resonate_project.runtime.embedded``)."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # A NUL in the path or query, or two credentials: 400 before anything else reads the request.
-    "resonate_project.rest.errors.refuse_malformed",
+    "resonate_project.edges.rest.errors.refuse_malformed",
     "django.middleware.security.SecurityMiddleware",
     # /static/ (the admin's CSS and JS): WhiteNoise, staying async (resonate_project/static.py).
     "resonate_project.static.StaticFiles",
@@ -108,7 +108,7 @@ ASGI_APPLICATION = "resonate_project.asgi.application"
 
 DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'resonate.sqlite3'}")
 # No per-request health-check ping (a round trip per request): a connection that failed is
-# dropped before its next use instead (resonate_project/api.py).
+# dropped before its next use instead (resonate_project/edges/api.py).
 _db = dj_database_url.parse(DATABASE_URL, conn_max_age=600, conn_health_checks=False)
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # Embedded default: WAL for concurrent readers, FULL sync so an acknowledged write survives a
@@ -157,10 +157,10 @@ STORAGES = {
 }
 
 # No REST_FRAMEWORK or SPECTACULAR_SETTINGS: the resource API's views carry their own
-# (resonate_project/rest/own.py), as they must inside a host site with settings of its own.
+# (resonate_project/edges/rest/own.py), as they must inside a host site with settings of its own.
 
 # Celery: the broker decides the production shape; with none configured the embedded server runs
-# the same drain and step code in-process (see outbox/embedded.py).
+# the same drain and step code in-process (see resonate_project/runtime/embedded.py).
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -170,8 +170,9 @@ CELERY_TIMEZONE = "UTC"
 # hash to restore when the connection drops; with it, a Redis restart could make kombu's restore
 # raise and the worker exit for good (docs/explanation/reliability.md, finding 5).
 CELERY_BROKER_TRANSPORT_OPTIONS = {"ack_emulation": False}
-# Installs the metronome (resonate.tick, resonate.drain) as PeriodicTask rows; see outbox/beat.py.
-CELERY_BEAT_SCHEDULER = "outbox.beat:MetronomeScheduler"
+# Installs the metronome (resonate.tick, resonate.drain) as PeriodicTask rows; see
+# resonate_project/runtime/beat.py.
+CELERY_BEAT_SCHEDULER = "resonate_project.runtime.beat:MetronomeScheduler"
 # Celery's Django fixup closes the database connection around every task unless this is set: a
 # new PostgreSQL connection per tick and per drain (~5 ms on the bench machine, on a timer's
 # critical path). With it, a connection is kept for this many tasks; one that failed is dropped

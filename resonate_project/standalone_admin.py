@@ -1,10 +1,11 @@
 """The standalone server's admin app: Django's own, less django-celery-beat's models.
 
-Celery beat's ``PeriodicTask`` rows here are only the metronome (``outbox/beat.py`` installs
-``resonate.tick`` and ``resonate.drain`` itself); the protocol's schedules are rows of their own
-(``schedules``), so "Periodic tasks" with its Add links offered operators a schedule that would
-never run. ``resonate_project/settings.py`` installs this config in place of
-``django.contrib.admin``; a host that embeds the apps keeps its own admin as it is.
+Celery beat's ``PeriodicTask`` rows here are only the metronome
+(``resonate_project/runtime/beat.py`` installs ``resonate.tick`` and ``resonate.drain`` itself); the
+protocol's schedules are rows of their own (``schedules``), so "Periodic tasks" with its Add links
+offered operators a schedule that would never run. ``resonate_project/settings.py`` installs this
+config in place of ``django.contrib.admin``; a host that embeds the apps keeps its own admin as it
+is.
 """
 
 from __future__ import annotations

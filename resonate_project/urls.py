@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
-from outbox.dashboard import overview
-from resonate_project import api
+from resonate_project.edges import api
+from resonate_project.edges.admin.dashboard import overview
 from resonate_project.observability.export import metrics_view
 
 # The standalone server: what a host includes (the envelope at /, /poll/, /api/), plus probes,
@@ -18,5 +18,5 @@ urlpatterns = [
 ]
 
 # Unrouted paths under /api/ answer in the resource API's error shape; others as Django does.
-handler404 = "resonate_project.rest.errors.page_not_found"
-handler500 = "resonate_project.rest.errors.server_error"
+handler404 = "resonate_project.edges.rest.errors.page_not_found"
+handler500 = "resonate_project.edges.rest.errors.server_error"

@@ -17,7 +17,7 @@ from resonate_project.core.conf import resonate_settings
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "resonate_project.settings")
 django_application = get_wsgi_application()
 
-from resonate_project.rest.errors import body_too_large  # noqa: E402  (needs the app registry)
+from resonate_project.edges.rest.errors import body_too_large  # noqa: E402  (needs the app registry)
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

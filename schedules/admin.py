@@ -1,5 +1,6 @@
 """The operator console for schedules: cron in words, the next fire times, the occurrences, and
-fire now / delete. See ``resonate_project/adminkit.py`` for the rules every console page follows."""
+fire now / delete. See ``resonate_project/edges/admin/kit.py`` for the rules every console page
+follows."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ from django.utils.safestring import SafeString, mark_safe
 
 from promises.models import Promise
 from promises.selectors import schedule_promises
-from resonate_project.adminkit import (
+from resonate_project.core import cron
+from resonate_project.core.clock import now_ms
+from resonate_project.core.errors import ProtocolError
+from resonate_project.core.present import decoded_text
+from resonate_project.core.tags import SCHEDULE, TARGET
+from resonate_project.edges.admin.kit import (
     EMPTY,
     OperatorAdmin,
     Report,
@@ -36,11 +42,6 @@ from resonate_project.adminkit import (
     seen_at,
     when,
 )
-from resonate_project.core import cron
-from resonate_project.core.clock import now_ms
-from resonate_project.core.errors import ProtocolError
-from resonate_project.core.present import decoded_text
-from resonate_project.core.tags import SCHEDULE, TARGET
 from schedules.models import Schedule
 from schedules.services import (
     fire_now,

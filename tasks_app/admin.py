@@ -1,5 +1,5 @@
 """The operator console for tasks: viewed states, leases and retries, halt / continue, and
-expiring a stuck lease. See ``resonate_project/adminkit.py`` for the rules
+expiring a stuck lease. See ``resonate_project/edges/admin/kit.py`` for the rules
 every console page follows."""
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from django.utils.safestring import SafeString
 
 from outbox.models import Message
 from promises.models import Callback, Promise
-from resonate_project.adminkit import (
+from resonate_project.core.protocol import PENDING, viewed_task_state
+from resonate_project.edges.admin.kit import (
     EMPTY,
     OperatorAdmin,
     Report,
@@ -32,7 +33,6 @@ from resonate_project.adminkit import (
     state_badge,
     when,
 )
-from resonate_project.core.protocol import PENDING, viewed_task_state
 from tasks_app import jobs
 from tasks_app.backends import errors_of, status_of, status_q, trace
 from tasks_app.models import Job, Task, TaskState

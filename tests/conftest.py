@@ -22,7 +22,7 @@ from django.db import connection
 from django.test import override_settings
 
 from resonate_project.core.protocol import Response
-from resonate_project.envelope import call
+from resonate_project.edges.envelope import call
 
 atexit.register(shutil.rmtree, os.environ["DJANGO_STATIC_ROOT"], ignore_errors=True)
 

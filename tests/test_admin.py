@@ -25,9 +25,9 @@ from outbox.delivery import claim
 from outbox.models import Message
 from outbox.services import resend
 from promises.models import Promise
-from resonate_project.adminkit import ms_datetime
 from resonate_project.core.clock import now_ms
 from resonate_project.core.errors import NotFound
+from resonate_project.edges.admin.kit import ms_datetime
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR, Api

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from outbox import traffic
 from outbox.models import Message
 from promises.models import Promise
 from resonate_project.core.clock import now_ms
+from resonate_project.runtime import traffic
 from tasks_app.models import Task
 from tests.conftest import Api
 

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
-from resonate_project.api import Handlers, web_threads
 from resonate_project.core.conf import resonate_settings
+from resonate_project.edges.api import Handlers, web_threads
 from resonate_project.engine.aio import loop_connections
 from schedules.models import Schedule
 from tasks_app.models import Task

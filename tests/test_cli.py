@@ -16,8 +16,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from promises.models import Promise
-from resonate_project import cli
 from resonate_project.core.clock import now_ms
+from resonate_project.edges import cli
 from schedules.models import Schedule
 from tasks_app.models import Task
 

@@ -21,9 +21,9 @@ from django.test import Client
 
 from outbox.models import Message
 from promises.models import Promise
-from resonate_project.adminkit import instant_input, parse_instant
 from resonate_project.core.calls import function_name
 from resonate_project.core.clock import now_ms
+from resonate_project.edges.admin.kit import instant_input, parse_instant
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR, Api

@@ -19,10 +19,10 @@ from django.db.models import Model, Sum
 from django.test import Client
 from django.urls import reverse
 
-from outbox import traffic
 from outbox.models import Message, RequestMinute
 from promises.models import Promise
 from resonate_project.core.clock import now_ms
+from resonate_project.runtime import traffic
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR, Api
@@ -247,7 +247,7 @@ def test_requests_are_counted_per_minute_and_charted_once_flushed(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("resonate_project.envelope.dispatch", broken)
+    monkeypatch.setattr("resonate_project.edges.envelope.dispatch", broken)
     assert post(client, "promise.get", {"id": "p"}) == 500
     monkeypatch.undo()
     assert not RequestMinute.objects.exists()  # counted in memory only

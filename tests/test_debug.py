@@ -14,7 +14,7 @@ from django.test import Client, override_settings
 
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
-from resonate_project.envelope import handle_body
+from resonate_project.edges.envelope import handle_body
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR, Api

@@ -12,11 +12,11 @@ from django.test import override_settings
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from outbox import delivery
-from outbox.beat import install_metronome
 from outbox.hub import STALE_SUBSCRIBER_MS, Hub, Stream
 from outbox.models import PUSH_Q, Message, Subscriber
 from resonate_project.core.clock import now_ms
 from resonate_project.engine import outbox as enqueue
+from resonate_project.runtime.beat import install_metronome
 
 ALL = PUSH_Q | ~PUSH_Q
 

@@ -17,10 +17,10 @@ from django.test import override_settings
 
 from outbox.models import Message
 from promises.models import Promise
-from resonate_project import api
 from resonate_project.access.credentials import credential_create
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.signals import promise_settled
+from resonate_project.edges import api
 from resonate_project.embed.asgi import wrap
 from resonate_project.engine import aio
 from tasks_app.models import Task

@@ -23,7 +23,7 @@ from outbox.push import drain_push
 from promises.models import Promise
 from resonate_project.access.credentials import credential_create
 from resonate_project.core.clock import now_ms
-from resonate_project.dispatch import DEBUG_KINDS, KINDS
+from resonate_project.edges.kinds import DEBUG_KINDS, KINDS
 from resonate_project.engine import outbox as enqueue
 from resonate_project.engine.steps import run_due
 from resonate_project.observability import export

@@ -19,10 +19,10 @@ from outbox.models import Message
 from promises.models import Callback, Listener, Promise
 from resonate_project.core.clock import now_ms
 from resonate_project.core.protocol import Response
+from resonate_project.edges.envelope import call
 from resonate_project.engine import outbox as enqueue
 from resonate_project.engine import steps as promise_steps
 from resonate_project.engine import steps as task_steps
-from resonate_project.envelope import call
 from tasks_app import jobs
 from tasks_app.models import Task
 from tests import tasksapp_fixtures as fixtures

@@ -181,8 +181,8 @@ def test_no_operation_is_described_by_a_docstring_it_inherits(client: Client, db
     """drf-spectacular fell back on a base class's docstring: every GET without one of its own
     read "Mixed into every API view before DRF's own classes." (rest/own.py)."""
     schema = json.loads(client.get("/api/schema/?format=json").content)
-    from resonate_project.rest.own import OwnSettings
-    from resonate_project.rest.views import ResourceView
+    from resonate_project.edges.rest.own import OwnSettings
+    from resonate_project.edges.rest.views import ResourceView
 
     inherited = {(c.__doc__ or "").strip() for c in (OwnSettings, ResourceView)} - {""}
     for path, ops in schema["paths"].items():

@@ -13,7 +13,7 @@ import pytest
 from django.test import override_settings
 from opentelemetry.sdk.trace import TracerProvider
 
-from resonate_project.envelope import handle_body
+from resonate_project.edges.envelope import handle_body
 from resonate_project.observability import tracing
 from resonate_project.observability.logs import JsonFormatter
 from tests.conftest import FAR

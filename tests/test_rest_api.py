@@ -22,7 +22,7 @@ from schemathesis.core.result import Ok
 
 from promises.models import Promise
 from resonate_project.access.credentials import credential_create
-from resonate_project.dispatch import DEBUG_KINDS, KINDS
+from resonate_project.edges.kinds import DEBUG_KINDS, KINDS
 from tasks_app.models import Task
 
 from .conftest import FAR, Api

@@ -26,10 +26,10 @@ from hypothesis.stateful import (
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
 from resonate_project.core.protocol import Response
+from resonate_project.edges.envelope import call
 from resonate_project.engine import steps as promise_steps
 from resonate_project.engine import steps as task_steps
 from resonate_project.engine.tasks import release_backoff_ms
-from resonate_project.envelope import call
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR

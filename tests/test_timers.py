@@ -14,12 +14,12 @@ import pytest
 from django.db import connection, transaction
 from django.test import override_settings
 
-from outbox import ticker
 from promises.models import Listener, Promise
 from resonate_project.core.clock import now_ms
 from resonate_project.core.signals import promise_settled
 from resonate_project.engine import wake
 from resonate_project.engine.steps import next_due
+from resonate_project.runtime import ticker
 from tests.conftest import FAR, Api
 
 LONG_TICK = {"TICK_INTERVAL_MS": 60_000}

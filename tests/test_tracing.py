@@ -23,9 +23,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from outbox.push import drain_push
 from resonate_project.core.clock import now_ms
-from resonate_project.dispatch import KINDS
+from resonate_project.edges.envelope import handle_body
+from resonate_project.edges.kinds import KINDS
 from resonate_project.engine import outbox as enqueue
-from resonate_project.envelope import handle_body
 from resonate_project.observability import tracing
 from tests.conftest import FAR
 
@@ -192,7 +192,7 @@ CHECK_OFF = """
 import json, sys
 from opentelemetry import trace
 import resonate_project.asgi  # the ASGI app start: configures tracing if asked to
-from resonate_project.envelope import handle_body
+from resonate_project.edges.envelope import handle_body
 from resonate_project.observability import tracing
 status, _ = handle_body(b'{"kind": "no.such.kind", "head": {}, "data": {}}', 1000)
 print(json.dumps({

@@ -20,8 +20,9 @@ from django.core.management import load_command_class
 from django.test import Client
 
 from outbox.push import drain_push
-from resonate_project import USER_AGENT, __version__, cli
-from resonate_project.rest.own import SCHEMA_SETTINGS
+from resonate_project import USER_AGENT, __version__
+from resonate_project.edges import cli
+from resonate_project.edges.rest.own import SCHEMA_SETTINGS
 from tests.conftest import Api
 from tests.security.test_push import Receiver, push_settings, receivers, target
 

@@ -701,7 +701,7 @@ def openapi_schema() -> dict[str, Any]:
     from drf_spectacular.generators import SchemaGenerator
     from drf_spectacular.settings import patched_settings
 
-    from resonate_project.rest.own import SCHEMA_SETTINGS
+    from resonate_project.edges.rest.own import SCHEMA_SETTINGS
 
     with patched_settings(SCHEMA_SETTINGS):
         schema: dict[str, Any] = SchemaGenerator().get_schema(request=None, public=True)

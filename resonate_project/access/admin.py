@@ -19,8 +19,8 @@ from resonate_project.access.credentials import (
     credential_revoke,
 )
 from resonate_project.access.models import ServiceCredential
-from resonate_project.adminkit import when
 from resonate_project.core.clock import now_ms
+from resonate_project.edges.admin.kit import when
 
 
 class CredentialForm(forms.ModelForm):

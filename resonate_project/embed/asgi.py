@@ -27,15 +27,15 @@ from typing import Any
 
 from django.urls import NoReverseMatch, reverse
 
-from outbox import embedded, traffic
 from resonate_project.access.gate import request_refusal
-from resonate_project.api import answer, refuse_http, too_large
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import Response
+from resonate_project.edges.api import answer, refuse_http, too_large
+from resonate_project.edges.envelope import respond
+from resonate_project.edges.rest.errors import body_too_large
 from resonate_project.engine import aio
 from resonate_project.engine.wake import celery_enabled
-from resonate_project.envelope import respond
-from resonate_project.rest.errors import body_too_large
+from resonate_project.runtime import embedded, traffic
 
 ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 

@@ -68,7 +68,7 @@ def check_runner(app_configs: Any, **kwargs: Any) -> list[Error]:
             hint="in asgi.py: application = resonate_project.embed.asgi.wrap("
             "get_asgi_application()), and ASGI_APPLICATION naming it; or set "
             "CELERY_BROKER_URL and run a Celery worker and beat with "
-            "CELERY_BEAT_SCHEDULER = 'outbox.beat:MetronomeScheduler' "
+            "CELERY_BEAT_SCHEDULER = 'resonate_project.runtime.beat:MetronomeScheduler' "
             "(docs/how-to/embedding.md#with-celery).",
             id="resonate.E031",
         )

@@ -8,10 +8,10 @@ on the host's own admin site (each app's ``admin.py``)."""
 from django.urls import include, path
 
 from outbox.views import poll
-from resonate_project import api
+from resonate_project.edges import api
 
 urlpatterns = [
     path("", api.envelope, name="resonate-envelope"),
     path("poll/<str:group>/<str:stream_id>", poll, name="resonate-poll"),
-    path("api/", include("resonate_project.rest.urls")),
+    path("api/", include("resonate_project.edges.rest.urls")),
 ]

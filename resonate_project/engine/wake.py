@@ -7,11 +7,11 @@ push messages were written. A lost wake-up only costs latency: the periodic drai
 fallback poll find every row.
 
 Deadlines (a promise timeout, a task's retry or lease expiry, a schedule's next run) work the same
-way: a commit that writes one sooner than the next tick (``TICK_INTERVAL_MS``) tells the
-in-process step runner (``outbox.ticker``), which then sleeps only until it, and with Celery
+way: a commit that writes one sooner than the next tick (``TICK_INTERVAL_MS``) tells the in-process
+step runner (``resonate_project.runtime.ticker``), which then sleeps only until it, and with Celery
 queues one ``resonate.tick`` for that instant (:func:`plan_tick`; at most one planned tick per
-database, earliest first). A later deadline needs no wake-up: the runner looks again within a
-tick anyway. A lost one costs at most a tick.
+database, earliest first). A later deadline needs no wake-up: the runner looks again within a tick
+anyway. A lost one costs at most a tick.
 """
 
 from __future__ import annotations
@@ -204,7 +204,8 @@ def plan_tick(at: int, now: int) -> None:
         if not _claim_plan(at, now):
             return
         # Sent a little early: the worker's timer and its hand-off to a pool process take a few
-        # ms, and the task waits out what is left of them (outbox.ticker.celery_tick).
+        # ms, and the task waits out what is left of them
+        # (resonate_project.runtime.ticker.celery_tick).
         eta = datetime.datetime.fromtimestamp((at - PLAN_LEAD_MS) / 1000, datetime.UTC)
         expires = eta + datetime.timedelta(milliseconds=resonate_settings().TICK_INTERVAL_MS)
         celery_app().send_task(TICK_TASK, kwargs={"at": at}, eta=eta, expires=expires)

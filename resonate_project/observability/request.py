@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from outbox import traffic
 from resonate_project.observability import logs, metrics, tracing
+from resonate_project.runtime import traffic
 
 
 @dataclass

@@ -26,11 +26,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from django.test import Client, override_settings
 
-from outbox.bind import decide_bind, is_loopback
 from outbox.management.commands.serve import Command as ServeCommand
 from promises.checks import check_resonate_settings
 from resonate_project import __version__
 from resonate_project.access.credentials import TOKEN_PREFIX
+from resonate_project.runtime.bind import decide_bind, is_loopback
 from tests.docs_blocks import block
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ from django.urls import URLPattern
 from outbox.models import Subscriber
 from promises.models import Promise
 from resonate_project.asgi import application
-from resonate_project.rest import urls as api_urls
+from resonate_project.edges.rest import urls as api_urls
 from resonate_project.wsgi import application as wsgi_application
 from tests.conftest import FAR
 

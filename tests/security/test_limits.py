@@ -16,9 +16,9 @@ from promises.models import Callback, Listener, Promise
 from resonate_project.core import cron
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.tags import parse_delay
+from resonate_project.edges.json_depth import too_deep
+from resonate_project.edges.rest.pagination import LINK_RESERVE
 from resonate_project.engine.search import RESPONSE_RESERVE
-from resonate_project.json_depth import too_deep
-from resonate_project.rest.pagination import LINK_RESERVE
 from schedules.models import CRON_MAX_LENGTH, Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR, Api

@@ -17,7 +17,7 @@ from promises.services import promise_create
 from resonate_project.core import cron
 from resonate_project.core.errors import InvalidRequest
 from resonate_project.core.limits import unstorable
-from resonate_project.envelope import _failure
+from resonate_project.edges.envelope import _failure
 from tasks_app.models import Task
 from tasks_app.services import task_heartbeat
 from tests.conftest import FAR, Api

@@ -10,10 +10,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from outbox.bind import decide_bind
 from resonate_project import __version__
 from resonate_project.core.conf import resonate_settings
 from resonate_project.engine.wake import celery_enabled
+from resonate_project.runtime.bind import decide_bind
 
 STANDALONE_STORAGE = "resonate_project.static.Storage"
 
@@ -92,7 +92,7 @@ class Command(BaseCommand):
         if embedded is None:
             embedded = not celery_enabled()
         if embedded:
-            from outbox import embedded as embedded_server
+            from resonate_project.runtime import embedded as embedded_server
 
             embedded_server.start()
         workers = 1 if embedded else max(1, options["workers"])

@@ -1,4 +1,4 @@
-"""``manage.py resonate``: see ``resonate_project.cli`` for the subcommands."""
+"""``manage.py resonate``: see ``resonate_project.edges.cli`` for the subcommands."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from resonate_project import __version__, cli
+from resonate_project import __version__
+from resonate_project.edges import cli
 
 
 class Command(BaseCommand):

@@ -11,7 +11,7 @@ from typing import IO, Any
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding
 
-from resonate_project.json_depth import depth_refusal
+from resonate_project.edges.json_depth import depth_refusal
 
 
 class DepthLimitedJSONParser(JSONParser):

@@ -1,6 +1,6 @@
 """``GET /`` for a browser: a short page saying what this server is, with links to the routes
 this configuration has (the admin, the API docs, health and metrics). Every other client keeps
-the envelope endpoint's JSON answer (``resonate_project.api.envelope``)."""
+the envelope endpoint's JSON answer (``resonate_project.edges.api.envelope``)."""
 
 from __future__ import annotations
 

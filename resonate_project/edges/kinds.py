@@ -43,7 +43,7 @@ from resonate_project.core.wire.tasks import (
     TaskSearchReq,
     TaskSuspendReq,
 )
-from resonate_project.debug import (
+from resonate_project.edges.debug import (
     DebugReq,
     DebugTickReq,
     debug_reset,

@@ -17,7 +17,9 @@ from django.utils.safestring import SafeString
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
 from promises.selectors import run_promises
-from resonate_project.adminkit import (
+from resonate_project.core.present import span
+from resonate_project.core.protocol import projected_state, viewed_task_state
+from resonate_project.edges.admin.kit import (
     EMPTY,
     RELATED_SHOWN,
     STATE_COLOURS,
@@ -27,8 +29,6 @@ from resonate_project.adminkit import (
     task_of,
     when,
 )
-from resonate_project.core.present import span
-from resonate_project.core.protocol import projected_state, viewed_task_state
 from tasks_app.models import Task
 
 BAR_MIN_PERCENT = 0.4  # an instant call still shows as a sliver on the timeline

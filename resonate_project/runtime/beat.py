@@ -66,6 +66,7 @@ def on_beat_init(service: Any) -> None:
     raise SystemExit(
         f"django-resonate: celery beat was started with the scheduler {kind}, which never sends "
         "resonate.tick, so no timer, timeout, retry or schedule would fire. Start beat without "
-        "-S (the project sets outbox.beat:MetronomeScheduler), or with "
-        "-S outbox.beat:MetronomeScheduler or -S django_celery_beat.schedulers:DatabaseScheduler."
+        "-S (the project sets resonate_project.runtime.beat:MetronomeScheduler), or with "
+        "-S resonate_project.runtime.beat:MetronomeScheduler or "
+        "-S django_celery_beat.schedulers:DatabaseScheduler."
     )

@@ -1,4 +1,4 @@
-"""Requests per minute for the operator overview (``outbox.dashboard``).
+"""Requests per minute for the operator overview (``resonate_project.edges.admin.dashboard``).
 
 Counting a request is an in-memory increment (``record``, called once per ``POST /`` by
 ``request_scope``). Each web process writes what it counted to ``RequestMinute`` from a daemon

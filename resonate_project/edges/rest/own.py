@@ -20,18 +20,18 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 
 from resonate_project import __version__
-from resonate_project.rest.auth import ApiAccess, BearerTokenAuthentication
-from resonate_project.rest.errors import exception_handler
-from resonate_project.rest.parsers import DepthLimitedJSONParser
+from resonate_project.edges.rest.auth import ApiAccess, BearerTokenAuthentication
+from resonate_project.edges.rest.errors import exception_handler
+from resonate_project.edges.rest.parsers import DepthLimitedJSONParser
 
 # drf-spectacular's settings for /api/schema/ and /api/docs/, applied per request.
 SCHEMA_SETTINGS: dict[str, Any] = {
     "TITLE": "django-resonate",
     "VERSION": __version__,
-    "PREPROCESSING_HOOKS": ["resonate_project.rest.schema.only_resonate"],
+    "PREPROCESSING_HOOKS": ["resonate_project.edges.rest.schema.only_resonate"],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "resonate_project.rest.schema.document_envelope",
+        "resonate_project.edges.rest.schema.document_envelope",
     ],
 }
 

@@ -22,12 +22,16 @@ from resonate_project.access.rules import check_names, check_writes
 from resonate_project.core.clock import now_ms
 from resonate_project.core.protocol import promise_record, task_record
 from resonate_project.core.schedules import schedule_record
-from resonate_project.engine import scope
-from resonate_project.rest.auth import principal_of
-from resonate_project.rest.filters import FilterBackend, PromiseFilter, ScheduleFilter, TaskFilter
-from resonate_project.rest.own import OwnSettings, documented
-from resonate_project.rest.pagination import IdCursorPagination
-from resonate_project.rest.serializers import (
+from resonate_project.edges.rest.auth import principal_of
+from resonate_project.edges.rest.filters import (
+    FilterBackend,
+    PromiseFilter,
+    ScheduleFilter,
+    TaskFilter,
+)
+from resonate_project.edges.rest.own import OwnSettings, documented
+from resonate_project.edges.rest.pagination import IdCursorPagination
+from resonate_project.edges.rest.serializers import (
     ErrorSerializer,
     PromiseCreateSerializer,
     PromiseRecordSerializer,
@@ -36,6 +40,7 @@ from resonate_project.rest.serializers import (
     ScheduleRecordSerializer,
     TaskRecordSerializer,
 )
+from resonate_project.engine import scope
 from schedules import services as schedules
 from schedules.models import Schedule
 from tasks_app import services as tasks

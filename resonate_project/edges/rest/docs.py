@@ -15,7 +15,7 @@ from rest_framework.renderers import TemplateHTMLRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from resonate_project.rest.own import SCHEMA_SETTINGS, OwnSettings, documented
+from resonate_project.edges.rest.own import SCHEMA_SETTINGS, OwnSettings, documented
 
 DIST = (
     Path(drf_spectacular_sidecar.__file__).parent / "static/drf_spectacular_sidecar/swagger-ui-dist"

@@ -22,13 +22,13 @@ from django.utils.safestring import SafeString
 
 from outbox.hub import PROCESS, get_hub
 from outbox.models import PUSH_Q, Message, RequestMinute, Subscriber
-from outbox.traffic import MINUTE_MS
 from promises.models import Promise
 from promises.selectors import PROMISE_STATES, FunctionStats, function_stats, projected_state_q
-from resonate_project.adminkit import changelist_url, duration, request_now, state_badge
 from resonate_project.core.present import iso
+from resonate_project.edges.admin.kit import changelist_url, duration, request_now, state_badge
 from resonate_project.engine import retention
 from resonate_project.engine.outbox import subscriber_fresh_after
+from resonate_project.runtime.traffic import MINUTE_MS
 from schedules.models import Schedule
 from tasks_app.models import Task, TaskState
 from tasks_app.selectors import TASK_STATES, viewed_state_q

@@ -14,9 +14,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from resonate_project.core.errors import NotFound
-from resonate_project.rest.filters import AtNow
-from resonate_project.rest.own import documented
-from resonate_project.rest.views import ResourceView, errors
+from resonate_project.edges.rest.filters import AtNow
+from resonate_project.edges.rest.own import documented
+from resonate_project.edges.rest.views import ResourceView, errors
 from tasks_app import jobs
 from tasks_app.backends import errors_of, status_of, status_q
 from tasks_app.models import Job

@@ -8,13 +8,13 @@ in ``/settle`` (or a task's in ``/halt``, ``/continue``) is reachable only throu
 from django.urls import URLPattern, path
 from rest_framework.views import APIView
 
-from resonate_project.rest import (
+from resonate_project.edges.rest import (
     djtasks,
     outbox,
     schema,  # noqa: F401  (registers the bearer-token scheme)
     views,
 )
-from resonate_project.rest.docs import SchemaView, SwaggerView, swagger_asset
+from resonate_project.edges.rest.docs import SchemaView, SwaggerView, swagger_asset
 
 app_name = "resonate-api"
 

@@ -9,7 +9,7 @@ from django.urls import NoReverseMatch, reverse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 from resonate_project.core.protocol import PROTOCOL_VERSION
-from resonate_project.dispatch import DEBUG_KINDS, KINDS
+from resonate_project.edges.kinds import DEBUG_KINDS, KINDS
 
 DESCRIPTION = """\
 A Resonate durable-execution server.
@@ -26,7 +26,7 @@ by id and answer 200. Every error is `{"error": {"status", "message", "field"}}`
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "resonate_project.rest.auth.BearerTokenAuthentication"
+    target_class = "resonate_project.edges.rest.auth.BearerTokenAuthentication"
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
@@ -90,7 +90,7 @@ def envelope_components() -> dict[str, Any]:
 def only_resonate(endpoints: list[tuple[Any, ...]], **kwargs: Any) -> list[tuple[Any, ...]]:
     """drf-spectacular preprocessing hook: the resource API's own views (a host site's views are
     its own schema's business)."""
-    return [e for e in endpoints if e[3].__module__.startswith("resonate_project.rest.")]
+    return [e for e in endpoints if e[3].__module__.startswith("resonate_project.edges.rest.")]
 
 
 def envelope_path() -> str:

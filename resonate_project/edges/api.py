@@ -26,8 +26,7 @@ from resonate_project.access.gate import forgeable
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import Response
-from resonate_project.engine.aio import serving, vendor
-from resonate_project.envelope import (
+from resonate_project.edges.envelope import (
     Envelope,
     handle,
     handle_body,
@@ -36,7 +35,8 @@ from resonate_project.envelope import (
     parse,
     respond,
 )
-from resonate_project.home import home_page, wants_html
+from resonate_project.edges.home import home_page, wants_html
+from resonate_project.engine.aio import serving, vendor
 from resonate_project.observability.request import RequestObservation, request_scope
 
 # Handlers are synchronous (one transaction each). Under ASGI, Django runs every sync view on one

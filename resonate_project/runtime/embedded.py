@@ -10,9 +10,10 @@ from collections.abc import Callable
 
 from django.db import close_old_connections, connections
 
-from outbox import push, ticker
+from outbox import push
 from resonate_project.core.conf import resonate_settings
 from resonate_project.engine import wake as notify
+from resonate_project.runtime import ticker
 
 log = logging.getLogger("resonate.embedded")
 

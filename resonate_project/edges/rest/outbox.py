@@ -21,10 +21,10 @@ from outbox.selectors import message_record
 from outbox.services import MESSAGE_NOT_FOUND, purge, resend
 from promises.models import ID_MAX_LENGTH
 from resonate_project.core.errors import NotFound
+from resonate_project.edges.rest.filters import AtNow
+from resonate_project.edges.rest.own import documented
+from resonate_project.edges.rest.views import ResourceView, errors
 from resonate_project.engine import scope
-from resonate_project.rest.filters import AtNow
-from resonate_project.rest.own import documented
-from resonate_project.rest.views import ResourceView, errors
 
 
 class OutboxFilter(AtNow):

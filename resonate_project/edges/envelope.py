@@ -18,9 +18,9 @@ from resonate_project.core.conf import resonate_settings
 from resonate_project.core.errors import ProtocolError
 from resonate_project.core.limits import unstorable_refusal
 from resonate_project.core.protocol import PROTOCOL_VERSION, Response, bad_request
-from resonate_project.dispatch import DEBUG_KINDS, KINDS, LOOP_KINDS
+from resonate_project.edges.json_depth import depth_refusal
+from resonate_project.edges.kinds import DEBUG_KINDS, KINDS, LOOP_KINDS
 from resonate_project.engine import scope
-from resonate_project.json_depth import depth_refusal
 from resonate_project.observability.request import RequestObservation, request_scope
 
 log = logging.getLogger("resonate.envelope")
