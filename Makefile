@@ -17,6 +17,7 @@ PYTHON_BOOT := $(shell for c in python3.13 python3.12 python3.14 $$(ls -d /root/
 	$$p -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null && { echo $$p; break; }; done)
 
 .PHONY: run test setup docs lint typecheck test-sqlite test-postgres test-system test-install services browser clean bench chaos
+.PHONY: pgbouncer chaos-pooler chaos-failover
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON_BOOT)" || { echo "need Python >= 3.12 (python3.12/3.13 on PATH or under pyenv)"; exit 1; }
@@ -41,6 +42,17 @@ browser:
 		{ apt-get install -y -q chromium >/dev/null 2>&1 || \
 		  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; } ; } || \
 		echo "Chromium unavailable: the browser test will fail under CI=true, skip otherwise"
+
+# Debian's PgBouncer for the pooler tests (tests/integration/test_pooler.py, make chaos-pooler):
+# they run their own pgbouncer process on a free loopback port. The package enables a system
+# service when it installs; a fresh install here disables it again (nothing else runs it).
+pgbouncer:
+	@command -v pgbouncer >/dev/null 2>&1 || test -x /usr/sbin/pgbouncer || { command -v apt-get >/dev/null 2>&1 && \
+		{ apt-get install -y -q pgbouncer >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q pgbouncer >/dev/null 2>&1; }; } && \
+		{ systemctl disable --now pgbouncer >/dev/null 2>&1 || \
+		  rm -f /etc/systemd/system/multi-user.target.wants/pgbouncer.service; } ; } || \
+		echo "PgBouncer unavailable: the pooler test will fail under CI=true, skip otherwise"
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -79,7 +91,7 @@ d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_ti
 # Real processes (uvicorn, Celery worker and beat) and the official SDKs, once, against
 # PostgreSQL and Redis (and the embedded server on SQLite); with the short chaos run
 # (tests/integration/test_chaos_short.py: its own PostgreSQL cluster and Redis server, ~1.5 min).
-test-system: setup services
+test-system: setup services pgbouncer
 	$(VENV)/bin/pytest -p no:cacheprovider -n 2 tests/integration tests/e2e
 
 test: lint typecheck docs test-sqlite test-postgres test-system test-install
@@ -111,6 +123,17 @@ bench: setup services
 CHAOS_ARGS ?=
 chaos: setup
 	$(PY) -m bench.chaos $(CHAOS_ARGS)
+
+# The same checks through PgBouncer in transaction pooling mode (bench/chaos/pooler.py): two
+# rounds of PostgreSQL restarts and process kills, ~3 min.
+chaos-pooler: setup pgbouncer
+	$(PY) -m bench.chaos.pooler $(CHAOS_ARGS)
+
+# A primary with a standby, SIGKILLed under the SDK load and the standby promoted, once with a
+# synchronous standby and once with an asynchronous one (bench/chaos/failover.py); writes the
+# table in docs/explanation/reliability.md. ~4 min.
+chaos-failover: setup
+	$(PY) -m bench.chaos.failover $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) resonate.sqlite3*

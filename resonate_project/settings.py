@@ -10,10 +10,10 @@ import json
 import os
 from pathlib import Path
 
-import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from resonate_project.embed import RESONATE_APPS
+from resonate_project.postgresql import url as database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -109,7 +109,9 @@ ASGI_APPLICATION = "resonate_project.asgi.application"
 DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{BASE_DIR / 'resonate.sqlite3'}")
 # No per-request health-check ping (a round trip per request): a connection that failed is
 # dropped before its next use instead (resonate_project/edges/api.py).
-_db = dj_database_url.parse(DATABASE_URL, conn_max_age=600, conn_health_checks=False)
+# libpq's multi-host URLs too (host1:port1,host2:port2 with target_session_attrs=read-write), and
+# DATABASE_POOLER=transaction behind PgBouncer's transaction mode (resonate_project.postgresql.url).
+_db = database_url.parse(DATABASE_URL, os.environ.get("DATABASE_POOLER", "").strip().lower())
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # Embedded default: WAL for concurrent readers, FULL sync so an acknowledged write survives a
     # power cut, IMMEDIATE transactions so concurrent writers queue on the lock instead of failing

@@ -330,14 +330,13 @@ class Cluster:
 
     def start(self) -> Shape:
         log(f"workdir {self.workdir}")
-        self.pg = Postgres(self.workdir)
-        self.pg.start()
+        self.pg = self.start_postgres()
         self.redis = Redis(self.workdir)
         self.redis.start()
         log(f"PostgreSQL on {self.pg.port}, Redis on {self.redis.port} (private)")
         with psycopg.connect(self.pg.url(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.db}"')
-        env = server_env(self.pg.url(self.db), self.redis.url())
+        env = self.server_environment()
         done = subprocess.run(
             [PYTHON, "manage.py", "migrate", "--noinput"],
             cwd=ROOT,
@@ -402,6 +401,19 @@ class Cluster:
             self.wait_sdk(sdk)
         log("production shape up: 2 web, 2 Celery workers, beat, 2+2 SDK workers")
         return shape
+
+    def start_postgres(self) -> Postgres:
+        """The run's cluster, started (bench/chaos/failover.py: a primary with a standby)."""
+        pg = Postgres(self.workdir)
+        pg.start()
+        return pg
+
+    def server_environment(self) -> dict[str, str]:
+        """The server processes' environment (bench/chaos/pooler.py and failover.py put a pooler
+        or a second host in their ``DATABASE_URL``)."""
+        assert self.pg is not None
+        assert self.redis is not None
+        return server_env(self.pg.url(self.db), self.redis.url())
 
     def wait_web(self, i: int, timeout: float = 90) -> None:
         assert self.shape is not None

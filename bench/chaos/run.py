@@ -262,11 +262,14 @@ class Outcome:
         }
 
 
-def execute(scenarios: tuple[Scenario, ...], seed: int, keep: bool = False) -> Outcome:
-    """Start everything, run ``scenarios``, check, stop everything (also on failure)."""
+def execute(
+    scenarios: tuple[Scenario, ...], seed: int, keep: bool = False, cluster: Cluster | None = None
+) -> Outcome:
+    """Start everything (``cluster``, by default a plain one), run ``scenarios``, check, stop
+    everything (also on failure)."""
     began = time.monotonic()
     rng = random.Random(seed)
-    cluster = Cluster(sdk_python())
+    cluster = cluster if cluster is not None else Cluster(sdk_python())
     driver: Driver | None = None
     try:
         shape = cluster.start()
