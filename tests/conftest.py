@@ -21,12 +21,11 @@ from django.conf import settings
 from django.db import connection
 from django.test import override_settings
 
-from resonate_project.core.protocol import Response
-from resonate_project.edges.envelope import call
+from tests.support.factories import FAR, Api
 
 atexit.register(shutil.rmtree, os.environ["DJANGO_STATIC_ROOT"], ignore_errors=True)
 
-FAR = 10**13  # a deadline nobody reaches in a test
+__all__ = ["FAR", "Api"]  # re-exported until every test imports tests.support.factories
 ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith("postgres")
 
 
@@ -49,13 +48,6 @@ def _static_files_by_plain_names() -> Iterator[None]:
     plain = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
     with override_settings(STORAGES={**settings.STORAGES, "staticfiles": plain}):
         yield
-
-
-class Api:
-    """Runs request kinds through the same dispatch as ``POST /`` (parsing, 400s, handler)."""
-
-    def __call__(self, kind: str, now: int = 1_000, **data: Any) -> Response:
-        return call(kind, data, now)
 
 
 @pytest.fixture

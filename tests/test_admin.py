@@ -30,7 +30,7 @@ from resonate_project.core.errors import NotFound
 from resonate_project.edges.admin.kit import ms_datetime
 from schedules.models import Schedule
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 WORKERS = "poll://any@workers"
 TARGET = {"resonate:target": WORKERS}

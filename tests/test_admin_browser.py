@@ -26,7 +26,7 @@ from promises.models import Promise
 from resonate_project.core.clock import now_ms
 from resonate_project.runtime import traffic
 from tasks_app.models import Task
-from tests.conftest import Api
+from tests.support.factories import Api
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

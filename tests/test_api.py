@@ -30,7 +30,7 @@ from resonate_project.edges.api import Handlers, web_threads
 from resonate_project.engine.aio import loop_connections
 from schedules.models import Schedule
 from tasks_app.models import Task
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 VERSION = "2026-04-01"
 TARGET = "resonate:target"

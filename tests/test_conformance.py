@@ -19,7 +19,7 @@ from resonate_project.engine.steps import (
     run_due,
 )
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 TARGET = {"resonate:target": "poll://any@workers"}
 EXTERNAL = {"resonate:external": "true"}

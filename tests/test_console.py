@@ -26,7 +26,7 @@ from resonate_project.core.clock import now_ms
 from resonate_project.edges.admin.kit import instant_input, parse_instant
 from schedules.models import Schedule
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 WORKERS = "poll://any@default"
 LIST = "/admin/promises/promise/"
@@ -388,7 +388,7 @@ def test_a_task_without_progress_shows_its_releases(api: Api, ops: Client) -> No
 # --- a host's own AdminSite ---------------------------------------------------------------------
 
 
-@pytest.mark.urls("tests.custom_admin_site")
+@pytest.mark.urls("tests.support.custom_admin_site")
 def test_the_run_page_and_filters_on_a_hosts_site(api: Api, ops: Client) -> None:
     sdk_run(api, "cd1", now_ms())
     res = ops.get(run_url("cd1", "ops"))
@@ -585,7 +585,7 @@ def test_the_migration_fills_in_the_columns_of_promises_stored_before_them(api: 
     assert stored["cd1:1"] == (None, "cd1")
 
 
-@pytest.mark.urls("tests.custom_admin_site")
+@pytest.mark.urls("tests.support.custom_admin_site")
 def test_schedules_are_added_and_previewed_on_a_hosts_site(api: Api, ops: Client) -> None:
     preview = ops.post("/ops/schedules/schedule/add/", {**schedule_form(), "_preview": "1"})
     assert 'id="schedule-preview"' in preview.content.decode()
@@ -652,7 +652,7 @@ def test_a_stream_this_process_holds_shows_since_when(
     assert "—" in other[: other.index("</tr>")]
 
 
-@pytest.mark.urls("tests.promises_only_site")
+@pytest.mark.urls("tests.support.promises_only_site")
 def test_the_run_page_on_a_site_without_the_task_and_outbox_admins(api: Api, ops: Client) -> None:
     sdk_run(api, "cd1", now_ms())
     res = ops.get(run_url("cd1", "ops"))

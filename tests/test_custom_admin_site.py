@@ -14,9 +14,9 @@ from django.test import Client, override_settings
 from promises import services as promises
 from promises.models import Promise
 from resonate_project.core.clock import now_ms
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
-pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.custom_admin_site")]
+pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.support.custom_admin_site")]
 
 
 @pytest.fixture

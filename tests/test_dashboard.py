@@ -25,7 +25,7 @@ from resonate_project.core.clock import now_ms
 from resonate_project.runtime import traffic
 from schedules.models import Schedule
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 URL = "/admin/overview/"
 WORKERS = {"resonate:target": "poll://any@workers"}

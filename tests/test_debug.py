@@ -17,7 +17,7 @@ from promises.models import Callback, Listener, Promise
 from resonate_project.edges.envelope import handle_body
 from schedules.models import Schedule
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 DEBUG_KINDS = ["debug.start", "debug.stop", "debug.reset", "debug.snap", "debug.tick"]
 ADDRESS = "poll://any@workers"

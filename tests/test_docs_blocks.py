@@ -1,8 +1,9 @@
 """Every shell and Python block a reader follows is run by a test as written.
 
 The pages a reader copies from step by step (README.md, the tutorial, the how-to guides) name
-each runnable block (``<!-- block: name -->`` before its fence, tests/docs_blocks.py); each name
-is unique on its page and appears in some test, which reads the block by that name and runs it.
+each runnable block (``<!-- block: name -->`` before its fence,
+tests/support/docs_blocks.py); each name is unique on its page and appears in some test, which
+reads the block by that name and runs it.
 A new block without a name, or one no test reads, fails here, naming the page and the line.
 """
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import ROOT, blocks
+from tests.support.docs_blocks import ROOT, blocks
 
 RUNNABLE = {"sh", "bash", "shell", "console", "python", "py", "pycon"}
 STEP_BY_STEP = [
@@ -29,7 +30,7 @@ EVERY_PAGE = [
     ),
 ]
 HERE = Path(__file__).resolve()
-HELPERS = {HERE, ROOT / "tests/docs_blocks.py"}
+HELPERS = {HERE, ROOT / "tests/support/docs_blocks.py"}
 
 
 def test_the_step_by_step_pages_exist() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import ROOT, block
+from tests.support.docs_blocks import ROOT, block
 
 AUTH = "docs/how-to/auth.md"
 

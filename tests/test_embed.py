@@ -20,9 +20,9 @@ from promises.models import Promise
 from resonate_project.core.protocol import PROTOCOL_VERSION
 from resonate_project.embed import checks
 from resonate_project.engine import wake
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
-HOST = override_settings(ROOT_URLCONF="tests.embed_site")
+HOST = override_settings(ROOT_URLCONF="tests.support.embed_site")
 
 # A host's REST framework settings, each of which broke /api/ or its schema when the views
 # read them: another exception handler, renderer, schema class, versioning, default permission.
@@ -149,7 +149,9 @@ def test_no_runner_for_the_steps_is_an_error() -> None:
         errors = checks.check_runner(None)
     assert ids(errors) == ["resonate.E031"]
     assert "wrap(" in str(errors[0].hint)
-    with override_settings(CELERY_BROKER_URL="", ASGI_APPLICATION="tests.embed_site.application"):
+    with override_settings(
+        CELERY_BROKER_URL="", ASGI_APPLICATION="tests.support.embed_site.application"
+    ):
         assert checks.check_runner(None) == []
     with override_settings(CELERY_BROKER_URL="redis://localhost:6379/0", ASGI_APPLICATION=None):
         assert checks.check_runner(None) == []
@@ -197,7 +199,7 @@ def close_connection() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_wrapped_app_answers_the_envelope_at_the_prefix_from_the_urlconf() -> None:
-    from tests.embed_site import application
+    from tests.support.embed_site import application
 
     with HOST:
         status, body = asgi(application, "POST", "/resonate/", json.dumps(create("w/1")).encode())
@@ -214,7 +216,7 @@ def test_a_wrapped_app_without_the_routes_leaves_every_request_to_the_host() -> 
 
     from resonate_project.embed.asgi import wrap
 
-    with override_settings(ROOT_URLCONF="tests.embed_bare"):
+    with override_settings(ROOT_URLCONF="tests.support.embed_bare"):
         app = wrap(get_asgi_application())
         assert asgi(app, "GET", "/") == (200, b"the host's own page")
         status, _ = asgi(app, "POST", "/", json.dumps(create("bare/1")).encode())

@@ -72,7 +72,7 @@ def test_the_page_lists_no_metrics_when_they_are_off(client: Client, db: Any) ->
 def test_a_host_page_links_only_the_routes_the_host_has(client: Client, db: Any) -> None:
     """A host that mounts the apps under /resonate/ with an admin, and no probes or metrics of
     the standalone server's: the page at the prefix links what exists."""
-    with override_settings(ROOT_URLCONF="tests.embed_site"):
+    with override_settings(ROOT_URLCONF="tests.support.embed_site"):
         reply = client.get("/resonate/", headers={"Accept": BROWSER})
     assert reply.status_code == 200
     page = reply.content.decode()

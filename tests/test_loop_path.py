@@ -24,7 +24,7 @@ from resonate_project.edges import api
 from resonate_project.embed.asgi import wrap
 from resonate_project.engine import aio
 from tasks_app.models import Task
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

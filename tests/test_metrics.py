@@ -28,8 +28,8 @@ from resonate_project.engine import outbox as enqueue
 from resonate_project.engine.steps import run_due
 from resonate_project.observability import export
 from resonate_project.observability.metrics import REQUEST_KINDS, record_request
-from tests.conftest import FAR, Api
 from tests.security.test_push import Receiver, push_settings
+from tests.support.factories import FAR, Api
 
 VERSION = "2026-04-01"
 

@@ -1,9 +1,10 @@
-"""Every migration added since the previous release (tests/release.py) can run while that release
-serves (docs/how-to/upgrading.md), as django-migration-linter judges it on PostgreSQL: no column
-that release's inserts would leave NULL against a NOT NULL, no dropped or renamed column or table
-it still reads, no index built under a lock that stops writes (resonate_project.schema's
-AddIndexOnline builds them CONCURRENTLY), and, as its warnings are errors here, nothing it warns
-about. The migrations of earlier releases are history and are not judged again.
+"""Every migration added since the previous release (tests/support/release.py) can run while
+that release serves (docs/how-to/upgrading.md), as django-migration-linter judges it on
+PostgreSQL: no column that release's inserts would leave NULL against a NOT NULL, no dropped or
+renamed column or table it still reads, no index built under a lock that stops writes
+(resonate_project.schema's AddIndexOnline builds them CONCURRENTLY), and, as its warnings are
+errors here, nothing it warns about. The migrations of earlier releases are history and are not
+judged again.
 
 On PostgreSQL only: SQLite rebuilds a table to alter a column, which the linter reads as a new
 NOT NULL table, and an embedded SQLite server is upgraded by stopping it.
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 from django_migration_linter import MigrationLinter
 
-from tests.release import PREVIOUS, git_at_previous
+from tests.support.release import PREVIOUS, git_at_previous
 
 APPS = {
     "promises": "promises/migrations",

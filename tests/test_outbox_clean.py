@@ -33,7 +33,7 @@ from resonate_project.engine import outbox as enqueue
 from resonate_project.engine import steps
 from resonate_project.observability.export import outbox_gauges
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 from tests.test_delivery_units import connect, web_loop
 
 ALL = PUSH_Q | ~PUSH_Q

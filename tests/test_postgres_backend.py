@@ -12,7 +12,7 @@ from psycopg import IsolationLevel
 
 from promises import services as promises
 from promises.models import Promise
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

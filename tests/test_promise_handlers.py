@@ -20,7 +20,7 @@ from promises.models import Callback, Listener, Promise
 from resonate_project.engine.steps import promise_timeouts, retry_dispatch, run_due
 from schedules.models import Schedule
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 T0 = 10_000  # when the fixtures of a test are created
 RETRY_TIMEOUT_MS = 5_000  # the server's default redispatch cadence (brief, spec §1.6)

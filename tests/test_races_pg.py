@@ -26,7 +26,7 @@ from resonate_project.engine import steps as task_steps
 from tasks_app import jobs
 from tasks_app.models import Task
 from tests import tasksapp_fixtures as fixtures
-from tests.conftest import FAR
+from tests.support.factories import FAR
 from tests.test_django_tasks import configure
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]

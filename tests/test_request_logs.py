@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from resonate_project.edges.envelope import handle_body
 from resonate_project.observability import tracing
 from resonate_project.observability.logs import JsonFormatter
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 
 def create(id: str, corr_id: str = "c-7") -> int:

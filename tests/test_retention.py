@@ -26,7 +26,7 @@ from tasks_app.backends import ResonateBackend
 from tasks_app.models import Job, Task
 from tasks_app.worker import Worker
 from tests import tasksapp_fixtures as t
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 DAY = 86_400_000
 T0 = 1_000

@@ -17,7 +17,7 @@ from promises.models import Callback, Listener, Promise, PromiseState
 from resonate_project.engine.retention import Policy, prune
 from resonate_project.engine.steps import run_due
 from tasks_app.models import Task, TaskState
-from tests.conftest import Api
+from tests.support.factories import Api
 
 WINDOW = 1_000
 TARGET = "poll://any@prop"

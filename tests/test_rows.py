@@ -15,7 +15,7 @@ from promises.models import Callback, Listener, Promise
 from resonate_project.engine import rows
 from tasks_app import services as tasks
 from tasks_app.models import Task
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 pytestmark = pytest.mark.django_db
 

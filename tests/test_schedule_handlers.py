@@ -15,7 +15,7 @@ from promises.models import Callback, Listener, Promise
 from resonate_project.engine.steps import schedule_fire
 from schedules.models import Schedule
 from tasks_app.models import Task
-from tests.conftest import Api
+from tests.support.factories import Api
 
 SECOND = 1_000
 MINUTE = 60 * SECOND

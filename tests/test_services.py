@@ -17,7 +17,7 @@ from resonate_project.core.errors import Conflict, InvalidRequest, NotFound, Pro
 from schedules import services as schedules
 from tasks_app import services as tasks
 from tasks_app.models import Task
-from tests.docs_blocks import block
+from tests.support.docs_blocks import block
 
 FAR = 10**13
 NOW = 1_000

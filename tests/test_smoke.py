@@ -1,4 +1,4 @@
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 
 def test_a_targeted_promise_gets_a_pending_task_and_an_execute(api):

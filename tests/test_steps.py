@@ -24,7 +24,7 @@ from resonate_project.engine.steps import (
     schedule_fire,
 )
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 ADDRESS = "poll://any@workers"
 TARGET = {"resonate:target": ADDRESS}

@@ -21,7 +21,7 @@ from promises.models import Callback, Listener, Promise
 from resonate_project.core.protocol import Response
 from resonate_project.engine import steps
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 T0 = 1_000
 NOW = 2_000

@@ -20,7 +20,7 @@ from resonate_project.core.signals import promise_settled
 from resonate_project.engine import wake
 from resonate_project.engine.steps import next_due
 from resonate_project.runtime import ticker
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 LONG_TICK = {"TICK_INTERVAL_MS": 60_000}
 TIMER = {"resonate:timer": "true"}

@@ -27,7 +27,7 @@ from resonate_project.edges.envelope import handle_body
 from resonate_project.edges.kinds import KINDS
 from resonate_project.engine import outbox as enqueue
 from resonate_project.observability import tracing
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -23,8 +23,8 @@ from outbox.push import drain_push
 from resonate_project import USER_AGENT, __version__
 from resonate_project.edges import cli
 from resonate_project.edges.rest.own import SCHEMA_SETTINGS
-from tests.conftest import Api
 from tests.security.test_push import Receiver, push_settings, receivers, target
+from tests.support.factories import Api
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))

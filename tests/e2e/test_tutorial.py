@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import ROOT, block, blocks
+from tests.support.docs_blocks import ROOT, block, blocks
 
 from . import tools
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import docs_blocks
 from tests.e2e import tools
+from tests.support import docs_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 CI = os.environ.get("CI") == "true"

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import block
 from tests.embedding.host import (
     Host,
     PipLines,
@@ -48,6 +47,7 @@ from tests.embedding.host import (
     wait_for_port,
 )
 from tests.embedding.plans import plan_problems
+from tests.support.docs_blocks import block
 
 SHOP_MODELS = """from django.db import models
 

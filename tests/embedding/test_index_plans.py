@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 
 from resonate_project.engine import steps
-from tests.conftest import Api
 from tests.embedding.plans import armed_index_sql, plan_problems, read_plans
+from tests.support.factories import Api
 
 pytestmark = pytest.mark.skipif(
     connection.vendor != "sqlite", reason="SQLite's planner (PostgreSQL's proves the predicate)"

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.docs_blocks import block
+from tests.support.docs_blocks import block
 
 from .conftest import production_stack, require_services
 from .harness import (

@@ -20,8 +20,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.docs_blocks import block
 from tests.e2e.tools import Missing, python_sdk
+from tests.support.docs_blocks import block
 
 from .harness import (
     PG_URL,

@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.docs_blocks import ROOT, block
+from tests.support.docs_blocks import ROOT, block
 
 from .conftest import require_services
 from .harness import PG_ADMIN_URL, REDIS_URL, drop_pg_database, free_port, wait_until

@@ -28,7 +28,7 @@ from tests.integration.harness import (
     spawn,
     unique,
 )
-from tests.release import PREVIOUS, git_at_previous
+from tests.support.release import PREVIOUS, git_at_previous
 
 from .conftest import require_services
 

@@ -12,7 +12,7 @@ from django.test import override_settings
 
 from promises.models import Promise
 from resonate_project.asgi import application
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 
 def scope(headers: dict[str, str]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from promises.models import Promise
 from resonate_project.access.credentials import credential_create
 from resonate_project.access.models import ServiceCredential
 from schedules.models import Schedule
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 VERSION = "2026-04-01"
 NOW_S = int(time.time())

@@ -31,7 +31,7 @@ from promises.checks import check_resonate_settings
 from resonate_project import __version__
 from resonate_project.access.credentials import TOKEN_PREFIX
 from resonate_project.runtime.bind import decide_bind, is_loopback
-from tests.docs_blocks import block
+from tests.support.docs_blocks import block
 
 ROOT = Path(__file__).resolve().parents[2]
 STRONG_KEY = secrets.token_urlsafe(50)

@@ -30,7 +30,7 @@ from promises.models import Promise
 from resonate_project.asgi import application
 from resonate_project.edges.rest import urls as api_urls
 from resonate_project.wsgi import application as wsgi_application
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable  # the interpreter running the suite, wherever its virtualenv is

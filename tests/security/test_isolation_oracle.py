@@ -63,7 +63,7 @@ from resonate_project.engine import steps
 from schedules.models import Schedule
 from tasks_app import jobs
 from tasks_app.models import Job, Task
-from tests.conftest import FAR
+from tests.support.factories import FAR
 
 VERSION = "2026-04-01"
 TENANTS = ("A", "B")

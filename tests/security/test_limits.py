@@ -21,7 +21,7 @@ from resonate_project.edges.rest.pagination import LINK_RESERVE
 from resonate_project.engine.search import RESPONSE_RESERVE
 from schedules.models import CRON_MAX_LENGTH, Schedule
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 TARGET = "resonate:target"
 DELAY = "resonate:delay"

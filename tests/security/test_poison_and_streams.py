@@ -33,9 +33,9 @@ from resonate_project.access.gate import PollGrant, poll_access
 from resonate_project.engine import outbox as enqueue
 from resonate_project.engine.steps import run_due
 from schedules.models import Schedule
-from tests.conftest import FAR, Api
 from tests.security.test_auth import RSA_KEY, pem, token
 from tests.security.test_push import BASE, Receiver
+from tests.support.factories import FAR, Api
 
 SETTINGS = {
     "SSE_KEEPALIVE_MS": 3_600_000,

@@ -31,7 +31,7 @@ from resonate_project.core.clock import now_ms
 from resonate_project.engine import outbox as enqueue
 from schedules.models import Schedule
 from tasks_app.models import Task
-from tests.conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 TARGET = "resonate:target"
 EXTERNAL = {"resonate:external": "true"}

@@ -20,8 +20,8 @@ from resonate_project.core.limits import unstorable
 from resonate_project.edges.envelope import _failure
 from tasks_app.models import Task
 from tasks_app.services import task_heartbeat
-from tests.conftest import FAR, Api
 from tests.security.test_limits import post_envelope, refused, rest_error, snapshot
+from tests.support.factories import FAR, Api
 
 TARGET = "resonate:target"
 WORKERS = {TARGET: "poll://any@workers"}

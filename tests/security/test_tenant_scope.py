@@ -19,8 +19,8 @@ from django.test import Client, override_settings
 from promises.models import Listener, Promise
 from resonate_project.access.credentials import credential_create
 from tasks_app.models import Task
-from tests.conftest import FAR
 from tests.security.test_auth import ADMIN, envelope, settings_for, token
+from tests.support.factories import FAR
 from tests.test_loop_path import (
     CountingHandlers,
     action_create,

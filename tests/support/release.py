@@ -18,7 +18,7 @@ def git_at_previous(*argv: str) -> str:
     shallow or foreign clone) fails the test under CI=true and skips it elsewhere."""
     done = subprocess.run(
         ["git", *argv],
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         check=False,

@@ -2,6 +2,6 @@
 
 from django.urls import path
 
-from tests.embed_site import home
+from tests.support.embed_site import home
 
 urlpatterns = [path("", home)]
