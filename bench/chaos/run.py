@@ -263,7 +263,11 @@ class Outcome:
 
 
 def execute(
-    scenarios: tuple[Scenario, ...], seed: int, keep: bool = False, cluster: Cluster | None = None
+    scenarios: tuple[Scenario, ...],
+    seed: int,
+    keep: bool = False,
+    cluster: Cluster | None = None,
+    run_class: type[Run] | None = None,
 ) -> Outcome:
     """Start everything (``cluster``, by default a plain one), run ``scenarios``, check, stop
     everything (also on failure)."""
@@ -279,7 +283,7 @@ def execute(
             if time.monotonic() > deadline:
                 raise RuntimeError("the service never answered the canary before the faults")
             time.sleep(0.5)
-        run = Run(cluster, driver, rng)
+        run = (run_class or Run)(cluster, driver, rng)
         results = [run.scenario(sc) for sc in scenarios]
         final = run.wait_outbox()
         webs = [p for w in shape.webs for p in w.logs()]

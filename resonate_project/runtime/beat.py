@@ -15,14 +15,18 @@ timeout, retry or schedule would ever fire.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
+from django.db import OperationalError, connection
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from resonate_project.core.conf import resonate_settings
 
 DRAIN_EVERY_MS = 1000
+# How long beat waits at start for an unreachable database before it gives up and exits.
+STARTUP_WAIT_S = 60.0
 
 
 def install_metronome() -> None:
@@ -50,8 +54,20 @@ def install_metronome() -> None:
 
 class MetronomeScheduler(DatabaseScheduler):
     def setup_schedule(self) -> None:
-        install_metronome()
-        super().setup_schedule()
+        # A database restarting or failing over while beat starts (make chaos-failover's primary
+        # SIGKILL met a beat still starting): wait for it, bounded, instead of exiting, which
+        # would leave every timer unfired until someone restarted beat.
+        deadline = time.monotonic() + STARTUP_WAIT_S
+        while True:
+            try:
+                install_metronome()
+                super().setup_schedule()
+                return
+            except OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                connection.close()  # the next attempt connects afresh
+                time.sleep(1.0)
 
 
 def on_beat_init(service: Any) -> None:
