@@ -68,9 +68,10 @@ docs: setup
 	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
 
 UNIT := tests --ignore=tests/integration --ignore=tests/e2e --ignore=tests/embedding/test_install.py
-# tests/embedding builds a host site on its own SQLite database, and tests/test_docs_commands.py
+# tests/embedding's host site runs on its own SQLite database, and tests/docs/test_docs_commands.py
 # runs the guides' command lines on SQLite files of its own: once each, in the SQLite run.
-UNIT_PG := $(UNIT) --ignore=tests/embedding --ignore=tests/test_docs_commands.py
+UNIT_PG := $(UNIT) --ignore=tests/embedding/test_host_site.py \
+	--ignore=tests/embedding/test_index_plans.py --ignore=tests/docs/test_docs_commands.py
 
 test-sqlite: setup browser
 	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(UNIT)

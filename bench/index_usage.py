@@ -8,7 +8,8 @@ Two steps:
    pytest plugin; every statement Django sends, with its parameters, is appended to a file::
 
        SQL_CAPTURE=/tmp/sql.jsonl PYTHONPATH=bench DATABASE_URL=postgresql://…/resonate_x \\
-           .venv/bin/pytest -p index_usage -q tests/test_conformance.py tests/test_steps.py …
+           .venv/bin/pytest -p index_usage -q tests/kinds/test_conformance.py \\
+               tests/engine/test_steps.py …
 
 2. explain: each distinct statement shape on the hot tables (IN lists folded), one instance with
    its parameters, goes through ``EXPLAIN (FORMAT JSON)`` (never executed) on a database of

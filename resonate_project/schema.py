@@ -3,10 +3,11 @@
 
 Upgrades run the new release's migrations while the previous release still serves, so every
 migration must leave a schema that release can use (``tests/integration/test_upgrade.py``) and
-must not hold a lock that stops its writes for long (``tests/test_migrations_online.py`` lints
-every migration since the previous release). On PostgreSQL an index on a table that may be large
-is therefore built ``CONCURRENTLY``, outside a transaction (the migration sets ``atomic =
-False``); SQLite has no such thing and needs none (one process writes at a time anyway).
+must not hold a lock that stops its writes for long
+(``tests/release/test_migrations_online.py`` lints every migration since the previous release).
+On PostgreSQL an index on a table that may be large is therefore built ``CONCURRENTLY``, outside
+a transaction (the migration sets ``atomic = False``); SQLite has no such thing and needs none
+(one process writes at a time anyway).
 """
 
 from __future__ import annotations

@@ -19,16 +19,16 @@ from django.test import Client, override_settings
 from promises.models import Listener, Promise
 from resonate_project.access.credentials import credential_create
 from tasks_app.models import Task
-from tests.security.test_auth import ADMIN, envelope, settings_for, token
-from tests.support.factories import FAR
-from tests.test_loop_path import (
+from tests.edges.test_loop_path import (
     CountingHandlers,
     action_create,
     fence,
     serve,
     threads,  # noqa: F401  (the fixture)
 )
-from tests.test_loop_path import envelope as loop_envelope
+from tests.edges.test_loop_path import envelope as loop_envelope
+from tests.security.test_auth import ADMIN, envelope, settings_for, token
+from tests.support.factories import FAR
 
 SECRET = base64.b64encode(b"shipping-secret-param").decode()
 

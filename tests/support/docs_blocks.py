@@ -10,8 +10,8 @@ between are allowed; GitHub and Sphinx render neither)::
 
 ``block(page, name)`` is that block's text as a reader copies it, so a test runs exactly what the
 page shows; a renamed or removed block fails the test that reads it, naming the page.
-tests/test_docs_blocks.py checks that every runnable block of the pages a reader follows step by
-step is named, every name is unique per page and read by some test.
+tests/docs/test_docs_blocks.py checks that every runnable block of the pages a reader follows step
+by step is named, every name is unique per page and read by some test.
 """
 
 from __future__ import annotations

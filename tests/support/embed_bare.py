@@ -1,4 +1,4 @@
-"""A host URLconf that does not include the apps' URLs (tests/test_embed.py)."""
+"""A host URLconf that does not include the apps' URLs (tests/embedding/test_embed.py)."""
 
 from django.urls import path
 

@@ -1,4 +1,4 @@
-"""A host's URLconf and ASGI application for tests/test_embed.py: the apps mounted under
+"""A host's URLconf and ASGI application for tests/embedding/test_embed.py: the apps mounted under
 ``/resonate/`` beside a view of the host's own."""
 
 from django.contrib import admin

@@ -1,6 +1,7 @@
 """The previous release: the code an upgrade runs beside while the new migrations apply
-(tests/integration/test_upgrade.py serves it on the newest schema; tests/test_migrations_online.py
-lints every migration added since it). Bump it when a release is cut (CHANGELOG.md)."""
+(tests/integration/test_upgrade.py serves it on the newest schema;
+tests/release/test_migrations_online.py lints every migration added since it). Bump it when a
+release is cut (CHANGELOG.md)."""
 
 from __future__ import annotations
 

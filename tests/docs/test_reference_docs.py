@@ -25,7 +25,7 @@ from django.test import Client
 
 from resonate_project.core.conf import ResonateSettings, env_variable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ["resonate_project", "promises", "tasks_app", "schedules", "outbox"]
 
 

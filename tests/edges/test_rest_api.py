@@ -24,8 +24,7 @@ from promises.models import Promise
 from resonate_project.access.credentials import credential_create
 from resonate_project.edges.kinds import DEBUG_KINDS, KINDS
 from tasks_app.models import Task
-
-from .conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 TARGET = "resonate:target"
 ADDRESS = "poll://any@workers"

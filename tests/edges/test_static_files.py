@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 HOST = "127.0.0.1"
 WAIT = 90.0  # seconds the server may take to start (and collect) on a loaded machine
@@ -182,7 +182,7 @@ def test_the_admin_loads_every_stylesheet_and_script_it_links(server: Server) ->
 def test_the_served_root_answers_a_browser_with_a_page_and_a_client_with_json(
     server: Server,
 ) -> None:
-    """GET / through the whole served stack (issue #25, part 5; tests/test_home_page.py)."""
+    """GET / through the whole served stack (issue #25, part 5; tests/edges/test_home_page.py)."""
     browser = urllib.request.Request(f"{server.url}/", headers={"Accept": "text/html,*/*;q=0.8"})
     with urllib.request.urlopen(browser, timeout=10) as reply:
         assert reply.headers["Content-Type"] == "text/html; charset=utf-8"

@@ -18,9 +18,9 @@ from django.contrib.auth.models import User
 from outbox.models import Subscriber
 from resonate_project.core.clock import now_ms
 from schedules.models import Schedule
+from tests.admin.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, PASSWORD, require_chromium
+from tests.admin.test_console import a_call, sdk_run
 from tests.support.factories import Api
-from tests.test_admin_browser import CHROMIUM, CHROMIUM_ARGS, PASSWORD, require_chromium
-from tests.test_console import a_call, sdk_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

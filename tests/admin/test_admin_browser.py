@@ -39,7 +39,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "images" / "admin-promises.png"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "images" / "admin-promises.png"
 OVERVIEW_SCREENSHOT = SCREENSHOT.with_name("admin-overview.png")
 WORKERS = "poll://any@workers"
 PASSWORD = "correct horse battery staple"

@@ -29,7 +29,7 @@ from resonate_project.engine import outbox as enqueue
 from resonate_project.observability import tracing
 from tests.support.factories import FAR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """``GET /`` (issue #25, part 5): a browser gets a short page saying what the server is, with
 links to the routes this configuration has; every other client keeps the envelope endpoint's
-answer, byte for byte. tests/test_static_files.py asks the same of a real ``manage.py serve``."""
+answer, byte for byte. tests/edges/test_static_files.py asks the same of a real ``manage.py
+serve``."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django_celery_beat.models import ClockedSchedule, CrontabSchedule, PeriodicTask
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_standalone_admin_shows_no_periodic_tasks(client: Client, db: Any) -> None:

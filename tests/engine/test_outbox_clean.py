@@ -33,8 +33,8 @@ from resonate_project.engine import outbox as enqueue
 from resonate_project.engine import steps
 from resonate_project.observability.export import outbox_gauges
 from tasks_app.models import Task
+from tests.engine.test_delivery_units import connect, web_loop
 from tests.support.factories import FAR, Api
-from tests.test_delivery_units import connect, web_loop
 
 ALL = PUSH_Q | ~PUSH_Q
 WORKERS = "poll://any@workers"

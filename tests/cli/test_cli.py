@@ -20,8 +20,7 @@ from resonate_project.core.clock import now_ms
 from resonate_project.edges import cli
 from schedules.models import Schedule
 from tasks_app.models import Task
-
-from .conftest import FAR, Api
+from tests.support.factories import FAR, Api
 
 TARGET = "resonate:target"
 

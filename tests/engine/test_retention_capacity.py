@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from resonate_project.engine import retention
+from tests.engine.test_retention import DAY, LATER, present, settled_tree
 from tests.support.factories import Api
-from tests.test_retention import DAY, LATER, present, settled_tree
 
 WORKFLOWS_PER_S = 20  # issue #26: "a modest 20 workflows a second"
 SECONDS = 5

@@ -19,7 +19,7 @@ import pytest
 
 from promises import services
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 # More output than a pipe holds (64 KiB), so the writer is still writing when the reader goes.
 MANY = 600

@@ -26,7 +26,7 @@ from resonate_project.edges.rest.own import SCHEMA_SETTINGS
 from tests.security.test_push import Receiver, push_settings, receivers, target
 from tests.support.factories import Api
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 
 __all__ = ["receivers"]  # the fixture, used below

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.test_reference_docs import reference
+from tests.docs.test_reference_docs import reference
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CITATION = re.compile(r"(?<![\w/.-])(docs/[\w./-]+?\.md)(?:#([\w-]+))?")
 SKIP = {".venv", ".e2e", "node_modules", "build", "_build", ".git", "__pycache__"}
 
