@@ -30,7 +30,8 @@ PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 # The servers' (and the Outbox reader's) database; INTEGRATION_PG_URL puts a pooler between them
 # and PostgreSQL (docs/how-to/production.md#pgbouncer: the suites through PgBouncer, with
 # DATABASE_POOLER=transaction). Databases are created and dropped at PG_ADMIN_URL.
-PG_URL = os.environ.get("INTEGRATION_PG_URL") or "postgresql://postgres@127.0.0.1:5432/{name}"
+PG_DIRECT_URL = "postgresql://postgres@127.0.0.1:5432/{name}"  # never through a pooler
+PG_URL = os.environ.get("INTEGRATION_PG_URL") or PG_DIRECT_URL
 # Redis db 9 (one more per pytest-xdist worker, so parallel sessions keep separate queues).
 _XDIST = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 REDIS_DB = min(9 + int(_XDIST[2:]) if _XDIST[2:].isdigit() else 9, 15)

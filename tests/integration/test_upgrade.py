@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.harness import (
     FAR,
-    PG_URL,
+    PG_DIRECT_URL,
     PYTHON,
     ROOT,
     Outbox,
@@ -66,7 +66,9 @@ def test_the_previous_release_serves_on_the_newest_schema(database: str, tmp_pat
     from tests.e2e.conftest import _server_env
 
     previous = previous_release(tmp_path)
-    env = _server_env(PG_URL.format(name=database), None)
+    # Directly, never through INTEGRATION_PG_URL's pooler: the previous release has no
+    # DATABASE_POOLER, so its server-side cursors would not survive transaction pooling.
+    env = _server_env(PG_DIRECT_URL.format(name=database), None)
     migrate(env)  # this tree's migrations, all of them
     stack = Stack("upgrade", f"http://127.0.0.1:{free_port()}", env, tmp_path, Outbox(database))
     plain, target, external = unique("up-p"), unique("up-t"), unique("up-x")

@@ -5,10 +5,13 @@ connections themselves are exercised in tests/integration/test_pooler.py and by
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from resonate_project.postgresql.url import parse
+from tests.support.docs_blocks import block
 
 
 def test_a_multi_host_url_reaches_libpq_as_its_host_and_port_lists() -> None:
@@ -52,3 +55,29 @@ def test_transaction_pooling_turns_off_server_side_cursors_and_prepared_statemen
 def test_an_unknown_pooler_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="DATABASE_POOLER"):
         parse("postgresql://postgres@127.0.0.1/resonate", pooler="statement")
+
+
+def _exports(name: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in block("docs/how-to/production.md", name).lines():
+        words = shlex.split(line)
+        assert words[0] == "export", line
+        for word in words[1:]:
+            key, _, value = word.partition("=")
+            env[key] = value
+    return env
+
+
+def test_the_production_guides_pgbouncer_settings_turn_off_what_pooling_breaks() -> None:
+    env = _exports("production-pgbouncer")
+    db = parse(env["DATABASE_URL"], env["DATABASE_POOLER"])
+    assert (db["HOST"], db["PORT"]) == ("pgbouncer.internal", 6432)
+    assert db["DISABLE_SERVER_SIDE_CURSORS"] is True
+    assert db["OPTIONS"]["prepare_threshold"] is None
+
+
+def test_the_production_guides_failover_url_names_both_hosts_for_libpq() -> None:
+    db = parse(_exports("production-failover")["DATABASE_URL"])
+    assert db["HOST"] == "db1.internal,db2.internal"
+    assert db["PORT"] == "5432"
+    assert db["OPTIONS"]["target_session_attrs"] == "read-write"
