@@ -176,13 +176,14 @@ class FailoverCluster(Cluster):
 
     def close(self, keep: bool = False) -> None:
         try:
-            super().close(keep=True)
-        finally:
+            if self.shape is not None:
+                for proc in reversed(self.shape.all()):
+                    proc.stop()
             for node in (self.primary, self.standby):
-                if node is not None:
+                if node is not None and node is not self.pg:
                     node.shutdown()
-            if not keep:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+        finally:
+            super().close(keep)  # stops Redis and the cluster that is primary now
 
 
 @dataclass
