@@ -73,8 +73,7 @@ from resonate_project.access.models import ServiceCredential
 from resonate_project.core.addresses import parse_poll, stream_routes
 from resonate_project.core.clock import now_ms
 from resonate_project.core.conf import resonate_settings
-from resonate_project.engine import tasks
-from resonate_project.engine import wake as notify
+from resonate_project.engine import task_transitions, wake
 from resonate_project.engine.outbox import subscriber_fresh_after
 from resonate_project.observability import metrics
 
@@ -349,8 +348,8 @@ class Hub:
 
     def _start(self) -> None:
         if self._thread is None:
-            notify.subscribe(self.wake)
-            notify.listen(self.wake)
+            wake.subscribe(self.wake)
+            wake.listen(self.wake)
             self._thread = threading.Thread(target=self._run, name="resonate-hub", daemon=True)
             self._thread.start()
 
@@ -490,7 +489,7 @@ class Hub:
         if not groups:
             return
         try:
-            tasks.redispatch_backed_off(groups, now)
+            task_transitions.redispatch_backed_off(groups, now)
         except UNAVAILABLE:
             raise
         except Exception:

@@ -28,8 +28,7 @@ from resonate_project.core.wire.promises import (
     check_search_tags,
     check_tags,
 )
-from resonate_project.engine import aio
-from resonate_project.engine import promises as transitions
+from resonate_project.engine import aio, promise_transitions
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.locks import promise_for_update, promises_for_update
 from resonate_project.engine.search import check_state, search
@@ -54,10 +53,10 @@ def promise_create(req: PromiseCreateReq, now: int) -> Response:
     request says. A ``resonate:target`` tag also creates the task, due for dispatch at once (or
     at ``resonate:delay``)."""
     check_tags("tags", req.tags)
-    if alone() and transitions.is_plain(req.tags):
+    if alone() and promise_transitions.is_plain(req.tags):
         # One statement, its own transaction. An existing id: the read below, or (deleted since:
         # debug.reset) the unit of work.
-        created = transitions.create_plain(req, now)
+        created = promise_transitions.create_plain(req, now)
         existing = created or Promise.objects.filter(id=req.id).first()
         if existing is not None:
             return ok({"promise": promise_record(existing, now)})
@@ -69,7 +68,7 @@ async def promise_create_on_loop(req: PromiseCreateReq, now: int) -> Response | 
     """P-02 for a plain promise, on the event loop (``engine.aio``): its one statement, and the
     existing record for an id taken. None for any other promise (``promise_create`` decides)."""
     check_tags("tags", req.tags)
-    if not transitions.is_plain(req.tags):
+    if not promise_transitions.is_plain(req.tags):
         return None
     p = await aio.create_plain(req, now) or await aio.promise_by_id(req.id)
     return None if p is None else ok({"promise": promise_record(p, now)})
@@ -84,7 +83,7 @@ def create(req: PromiseCreateReq, now: int, fx: Effects, locked: Promise | None 
     check_target("tags", req.tags)
     if locked is not None:  # the caller (task.fence) holds it already
         return ok({"promise": promise_record(locked, now)})
-    created = transitions.create_with_task(req, now, fx)
+    created = promise_transitions.create_with_task(req, now, fx)
     if created is not None:
         return ok({"promise": promise_record(created, now)})
     existing = promise_for_update(req.id)
@@ -107,7 +106,7 @@ def promise_settle(req: PromiseSettleReq, now: int) -> Response:
     if alone():
         # A live plain promise: one statement, its own transaction. Anything else (targeted,
         # external, settled, dead, absent) takes the unit of work and decides there.
-        plain = transitions.settle_plain(req.id, req.state, req.value, now)
+        plain = promise_transitions.settle_plain(req.id, req.state, req.value, now)
         if plain is not None:
             fx = Effects()
             fx.settled_promise(plain)
@@ -140,7 +139,7 @@ def settle(
     """P-03 after its 400, inside a caller's transaction (also the inner handler of a fence,
     which passes the promise and task it already locked and read)."""
     if locked is None:
-        settled = transitions.settle_if_live(promise_id, state, value, now, fx)
+        settled = promise_transitions.settle_if_live(promise_id, state, value, now, fx)
         if settled is not None:
             return ok({"promise": promise_record(settled, now)})
         # Absent, settled or dead: nothing to write, so a plain read answers (read discipline -p).
@@ -149,7 +148,7 @@ def settle(
             raise NotFound(PROMISE_NOT_FOUND)
         return ok({"promise": promise_record(existing, now)})
     if is_live(locked, now):
-        transitions.settle(locked, state, value, now, fx, task=task)
+        promise_transitions.settle(locked, state, value, now, fx, task=task)
     return ok({"promise": promise_record(locked, now)})
 
 

@@ -17,8 +17,7 @@ from resonate_project.core.wire.schedules import (
     ScheduleGetReq,
     ScheduleSearchReq,
 )
-from resonate_project.engine import promises as transitions
-from resonate_project.engine import wake
+from resonate_project.engine import promise_transitions, wake
 from resonate_project.engine.search import search
 from resonate_project.engine.uow import unit_of_work
 from schedules.models import Schedule
@@ -78,7 +77,7 @@ def schedule_create(req: ScheduleCreateReq, now: int) -> Response:
             created_at=now,
             next_run_at=next_run_at,
         )
-        if transitions.insert(s):
+        if promise_transitions.insert(s):
             wake.deadline(s.next_run_at, now)
         else:
             s = Schedule.objects.get(id=req.id)

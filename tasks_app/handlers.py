@@ -44,9 +44,7 @@ from resonate_project.core.wire.tasks import (
     TaskSearchReq,
     TaskSuspendReq,
 )
-from resonate_project.engine import aio
-from resonate_project.engine import promises as services
-from resonate_project.engine import tasks as transitions
+from resonate_project.engine import aio, promise_transitions, task_transitions
 from resonate_project.engine.locks import task_for_update, task_read, tasks_for_update
 from resonate_project.engine.search import check_state, search
 from resonate_project.engine.uow import unit_of_work
@@ -108,12 +106,12 @@ def task_create(req: TaskCreateReq, now: int) -> Response:
         )
     promise_handlers.check_target("action.data.tags", action.tags)
     with unit_of_work(now):
-        born = services.new_promise(action, now)
-        if services.insert(born):  # the common case first: one statement
+        born = promise_transitions.new_promise(action, now)
+        if promise_transitions.insert(born):  # the common case first: one statement
             if born.state == PromiseState.PENDING:
-                new_task = transitions.born_acquired(born, req.pid, req.ttl, now)
+                new_task = task_transitions.born_acquired(born, req.pid, req.ttl, now)
             else:
-                new_task = transitions.born_fulfilled(born)
+                new_task = task_transitions.born_fulfilled(born)
             return ok(
                 {
                     "task": task_record(new_task, born, now),
@@ -135,7 +133,7 @@ def task_create(req: TaskCreateReq, now: int) -> Response:
             )
         if state != TaskState.PENDING:
             raise Conflict(f"task is {state}")
-        transitions.acquire(t, req.pid, req.ttl, now)
+        task_transitions.acquire(t, req.pid, req.ttl, now)
         return claim(t, p, now)
 
 
@@ -146,7 +144,7 @@ def task_acquire(req: TaskAcquireReq, now: int) -> Response:
         if t is None or p is None:
             raise NotFound(TASK_NOT_FOUND)
         check_fence(t, p, req.version, now, expected=TaskState.PENDING)
-        transitions.acquire(t, req.pid, req.ttl, now)
+        task_transitions.acquire(t, req.pid, req.ttl, now)
         return claim(t, p, now)
 
 
@@ -215,7 +213,7 @@ async def task_fence_on_loop(req: TaskFenceReq, now: int) -> Response | None:
     action = req.action
     check_fence_request(req)
     if isinstance(action, CreateAction):
-        if not services.is_plain(action.data.tags):
+        if not promise_transitions.is_plain(action.data.tags):
             return None
     elif promise_settled.has_listeners(Promise):
         return None
@@ -253,7 +251,7 @@ async def fenced_on_loop(
     promise_handlers.check_settable(action.data.state)
     if target is None:
         raise NotFound(promise_handlers.PROMISE_NOT_FOUND)
-    if not services.is_plain_promise(target):
+    if not promise_transitions.is_plain_promise(target):
         raise aio.HandOff
     if is_live(target, now):
         await aio.settle_locked(tx, target, action.data.state, action.data.value, now)
@@ -277,7 +275,7 @@ def task_heartbeat(req: TaskHeartbeatReq, now: int) -> Response:
                 and t.pid == req.pid
                 and is_live(p, now)
             ):
-                transitions.extend_lease(t, now)
+                task_transitions.extend_lease(t, now)
         return ok({})
 
 
@@ -316,7 +314,7 @@ def task_suspend(req: TaskSuspendReq, now: int) -> Response:
         Callback.objects.bulk_create(
             [Callback(awaited=a, awaiter=p) for a in targets], ignore_conflicts=True
         )
-        transitions.suspend(t)
+        task_transitions.suspend(t)
         return ok({})
 
 
@@ -329,19 +327,19 @@ def task_fulfill(req: TaskFulfillReq, now: int) -> Response:
         if t is None or p is None:
             raise NotFound(TASK_NOT_FOUND)
         check_fence(t, p, req.version, now)
-        services.settle(p, data.state, data.value, now, fx, task=t)
+        promise_transitions.settle(p, data.state, data.value, now, fx, task=t)
         return ok({"promise": promise_record(p, now)})
 
 
 def task_release(req: TaskReleaseReq, now: int) -> Response:
     """T-08. Back to pending (resumes kept), due for dispatch at once, or after the back-off of
-    a task released again and again without progress (``transitions.release``)."""
+    a task released again and again without progress (``task_transitions.release``)."""
     with unit_of_work(now) as fx:
         t, p = task_for_update(req.id)
         if t is None or p is None:
             raise NotFound(TASK_NOT_FOUND)
         check_fence(t, p, req.version, now)
-        transitions.release(t, p, now, fx)
+        task_transitions.release(t, p, now, fx)
         return ok({})
 
 
@@ -355,7 +353,7 @@ def task_halt(req: TaskHaltReq, now: int) -> Response:
         if state == TaskState.FULFILLED:
             raise Conflict("task is fulfilled")
         if state != TaskState.HALTED:
-            transitions.halt(t)
+            task_transitions.halt(t)
         return ok({})
 
 
@@ -371,7 +369,7 @@ def task_continue(req: TaskContinueReq, now: int) -> Response:
             raise Conflict("task is not halted")
         if not is_live(p, now):
             raise Conflict("task's promise is not pending")
-        transitions.make_pending(t, p, now, fx, progress=True)
+        task_transitions.make_pending(t, p, now, fx, progress=True)
         return ok({})
 
 

@@ -51,7 +51,8 @@ class Task(models.Model):
                 fields=["expires_at"], name="task_due_lease", condition=Q(state="acquired")
             ),
             # The tasks waiting out a release back-off, offered again when a stream joins their
-            # group (engine.tasks.redispatch_backed_off): few rows, read on every new stream.
+            # group (engine.task_transitions.redispatch_backed_off): few rows, read on every new
+            # stream.
             models.Index(
                 fields=["retry_at"],
                 name="task_backed_off",

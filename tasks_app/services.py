@@ -34,8 +34,7 @@ from resonate_project.core.wire.tasks import (
     TaskSearchReq,
     TaskSuspendReq,
 )
-from resonate_project.engine import promises as promise_transitions
-from resonate_project.engine import tasks as transitions
+from resonate_project.engine import promise_transitions, task_transitions
 from resonate_project.engine.locks import task_for_update
 from resonate_project.engine.uow import unit_of_work
 from tasks_app import handlers
@@ -156,7 +155,7 @@ def expire_lease(*, id: str, now: int) -> tuple[TaskRecord, PromiseRecord]:
         if t.state != TaskState.ACQUIRED:
             raise Conflict(f"task is {t.state}, not acquired")
         if promise_transitions.live_or_time_out(p, now, fx):
-            transitions.make_pending(t, p, now, fx)
+            task_transitions.make_pending(t, p, now, fx)
         return (
             cast(TaskRecord, task_record(t, p, now)),
             cast(PromiseRecord, promise_record(p, now)),

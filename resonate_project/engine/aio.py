@@ -1,13 +1,13 @@
 """Plain promise transitions on the event loop: PostgreSQL through psycopg's async connections,
 without the hand-off to a thread (and back) that every other request takes.
 
-A plain promise (``promises.is_plain``: no target, not external) is born and settled by one
-statement each that enables no step, so in autocommit the statement is the whole transaction:
-the same SQL as ``engine.promises.create_plain`` and ``settle_plain``, with the same prepared
-values and the same row conversion (``engine.rows``), sent from the loop. Each event loop (one
-per web process, from the ASGI lifespan's startup, ``start``) keeps ``LOOP_CONNECTIONS``
-connections (``Connections``), each opened on first use with the Django connection's parameters
-and closed by ``close`` (the lifespan's shutdown).
+A plain promise (``promise_transitions.is_plain``: no target, not external) is born and settled by
+one statement each that enables no step, so in autocommit the statement is the whole transaction:
+the same SQL as ``engine.promise_transitions.create_plain`` and ``settle_plain``, with the same
+prepared values and the same row conversion (``engine.rows``), sent from the loop. Each event loop
+(one per web process, from the ASGI lifespan's startup, ``start``) keeps ``LOOP_CONNECTIONS``
+connections (``Connections``), each opened on first use with the Django connection's parameters and
+closed by ``close`` (the lifespan's shutdown).
 A connection that fails is dropped and the next request opens its replacement; the request that
 met the failure answers 503.
 psycopg is imported only where a connection is opened or looked at: a host on SQLite need not
@@ -27,7 +27,7 @@ from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from promises.models import Promise
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.wire.promises import PromiseCreateReq, Value
-from resonate_project.engine import promises, rows
+from resonate_project.engine import promise_transitions, rows
 from tasks_app.models import Task
 
 if TYPE_CHECKING:
@@ -182,8 +182,9 @@ async def _rows(sql: str, params: list[Any]) -> list[Any]:
 
 
 async def create_plain(req: PromiseCreateReq, now: int) -> Promise | None:
-    """``engine.promises.create_plain`` on the loop: the new promise, or None if the id exists."""
-    p, db = promises.new_promise(req, now), django_connection()
+    """``engine.promise_transitions.create_plain`` on the loop: the new promise, or None if the id
+    exists."""
+    p, db = promise_transitions.new_promise(req, now), django_connection()
     sql, values = rows.insert_statement(p, skip_existing=True, db=db)
     if not await _rows(sql, values):
         return None
@@ -192,10 +193,12 @@ async def create_plain(req: PromiseCreateReq, now: int) -> Promise | None:
 
 
 async def settle_plain(promise_id: str, state: str, value: Value, now: int) -> Promise | None:
-    """``engine.promises.settle_plain`` on the loop: the settled promise, or None unless it was
-    live at ``now`` and plain."""
+    """``engine.promise_transitions.settle_plain`` on the loop: the settled promise, or None unless
+    it was live at ``now`` and plain."""
     db = django_connection()
-    found = await _rows(*promises.settle_plain_statement(promise_id, state, value, now, db))
+    found = await _rows(
+        *promise_transitions.settle_plain_statement(promise_id, state, value, now, db)
+    )
     return rows.build(Promise, found, db)[0] if found else None
 
 
@@ -285,7 +288,7 @@ async def tasks_for_update(tx: Transaction, ids: list[str]) -> dict[str, tuple[T
 
 async def create_plain_in(tx: Transaction, req: PromiseCreateReq, now: int) -> Promise | None:
     """``create_plain`` in ``tx``: the new promise, or None if its id exists."""
-    p, db = promises.new_promise(req, now), django_connection()
+    p, db = promise_transitions.new_promise(req, now), django_connection()
     (written,) = await tx.each([rows.insert_statement(p, skip_existing=True, db=db)])
     if not written:
         return None
@@ -294,6 +297,7 @@ async def create_plain_in(tx: Transaction, req: PromiseCreateReq, now: int) -> P
 
 
 async def settle_locked(tx: Transaction, p: Promise, state: str, value: Value, now: int) -> None:
-    """``engine.promises.settle`` of a plain promise ``tx`` holds locked (no task to fulfil)."""
-    fields = promises.apply_settlement(p, state, value, now)
+    """``engine.promise_transitions.settle`` of a plain promise ``tx`` holds locked (no task to
+    fulfil)."""
+    fields = promise_transitions.apply_settlement(p, state, value, now)
     await tx.each([rows.update_statement(p, fields, django_connection())])

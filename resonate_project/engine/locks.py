@@ -3,7 +3,7 @@
 Lock order: promise rows in ascending id order, and a task only after its own promise (a task
 shares its promise's id, so the promise row lock guards both); a schedule row before the
 promises it creates. Sweeps claim with ``SKIP LOCKED`` in bounded batches; a drain that would
-wait on an awaiter skips it instead (``engine.promises.resume_callbacks``). On SQLite the
+wait on an awaiter skips it instead (``engine.promise_transitions.resume_callbacks``). On SQLite the
 IMMEDIATE transaction already serialises writers and ``select_for_update`` is a no-op.
 
 A task is read in a second statement on purpose (sent in the same round trip as the lock on

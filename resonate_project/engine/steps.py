@@ -34,7 +34,7 @@ from resonate_project.core.protocol import promise_record
 from resonate_project.core.schedules import expand
 from resonate_project.core.tags import BRANCH, SCHEDULE
 from resonate_project.core.wire.promises import PromiseCreateReq, Value, later
-from resonate_project.engine import outbox, promises, rows, tasks, wake
+from resonate_project.engine import outbox, promise_transitions, rows, task_transitions, wake
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.locks import due_tasks_for_update
 from resonate_project.engine.uow import unit_of_work
@@ -64,7 +64,7 @@ def promise_timeouts(now: int, limit: int, only: Any = None) -> int:
             ]
         deadlines = [p.timeout_at for p in due]
         for p in due:
-            promises.time_out(p, fx)
+            promise_transitions.time_out(p, fx)
     metrics.record_lag("promise_timeouts", now, deadlines)
     return len(due)
 
@@ -79,7 +79,7 @@ def listener_drain(now: int, limit: int, only: Any = None) -> int:
         )
         records = {r.awaited_id: promise_record(r.awaited, now) for r in found}
         triples = [(r.id, r.awaited_id, r.address) for r in found]
-        return promises.unblock_listeners(triples, records, now)
+        return promise_transitions.unblock_listeners(triples, records, now)
 
 
 def callback_drain(now: int, limit: int, only: Any = None) -> int:
@@ -91,7 +91,7 @@ def callback_drain(now: int, limit: int, only: Any = None) -> int:
             .filter(_one(only), _spared("callback_drain", None), ready=True)
             .values_list("id", "awaited_id", "awaiter_id")[:limit]
         )
-        busy = promises.resume_callbacks(found, now, fx)
+        busy = promise_transitions.resume_callbacks(found, now, fx)
         return len(found) - len(busy)
 
 
@@ -135,7 +135,7 @@ def occur(s: Schedule, instant: int, fx: Effects) -> None:
         param=Value(headers=s.promise_param_headers, data=s.promise_param_data),
         tags={**s.promise_tags, **occurrence_tags(s.id, promise_id)},
     )
-    promises.create_with_task(req, instant, fx)
+    promise_transitions.create_with_task(req, instant, fx)
     metrics.record_schedule_promise()
 
 
@@ -160,8 +160,8 @@ def lease_expiry(now: int, limit: int, only: Any = None) -> int:
         due = due_tasks_for_update(TaskState.ACQUIRED, "expires_at", now, limit, _one(only), spared)
         deadlines = [task.expires_at or now for task, _ in due]  # before they change
         for task, p in due:
-            if promises.live_or_time_out(p, now, fx):
-                tasks.make_pending(task, p, now, fx)
+            if promise_transitions.live_or_time_out(p, now, fx):
+                task_transitions.make_pending(task, p, now, fx)
     metrics.record_lag("lease_expiry", now, deadlines)
     return len(due)
 
@@ -174,8 +174,8 @@ def retry_dispatch(now: int, limit: int, only: Any = None) -> int:
         due = due_tasks_for_update(TaskState.PENDING, "retry_at", now, limit, _one(only), spared)
         deadlines = [task.retry_at or now for task, _ in due]  # before they change
         for task, p in due:
-            if promises.live_or_time_out(p, now, fx):
-                tasks.dispatch(task, p, now)
+            if promise_transitions.live_or_time_out(p, now, fx):
+                task_transitions.dispatch(task, p, now)
     metrics.record_lag("retry_dispatch", now, deadlines)
     return len(due)
 

@@ -22,10 +22,10 @@ from django.db import transaction
 
 from promises.models import Callback, Listener, Promise
 from resonate_project.core.signals import promise_settled, task_completed
-from resonate_project.engine import promises
+from resonate_project.engine import promise_transitions
 from resonate_project.engine.debug import paused
 from resonate_project.engine.effects import Effects
-from resonate_project.engine.tasks import dispatch
+from resonate_project.engine.task_transitions import dispatch
 from tasks_app.models import Task
 
 log = logging.getLogger("resonate.signals")
@@ -92,9 +92,9 @@ def finish(fx: Effects, now: int, *, inline: bool) -> None:
     elif settled:
         # One query each for the whole batch (a timeout sweep settles hundreds at once), both
         # read before either drain writes (neither drain touches the other's rows).
-        listeners, callbacks = promises.subscriptions(settled)
-        promises.drain_listeners(settled, now, listeners)
-        promises.drain_callbacks(settled, now, fx, callbacks)
+        listeners, callbacks = promise_transitions.subscriptions(settled)
+        promise_transitions.drain_listeners(settled, now, listeners)
+        promise_transitions.drain_callbacks(settled, now, fx, callbacks)
     if not inline:
         return
     for task, promise in fx.due:

@@ -12,19 +12,19 @@ from django.db import close_old_connections, connections
 
 from outbox import push
 from resonate_project.core.conf import resonate_settings
-from resonate_project.engine import wake as notify
+from resonate_project.engine import wake
 from resonate_project.runtime import ticker
 
 log = logging.getLogger("resonate.embedded")
 
 
-def _push_loop(wake: threading.Event, stop: threading.Event) -> None:
+def _push_loop(pushed: threading.Event, stop: threading.Event) -> None:
     try:
         while not stop.is_set():
-            wake.wait(resonate_settings().POLL_FALLBACK_MS / 1000)
+            pushed.wait(resonate_settings().POLL_FALLBACK_MS / 1000)
             if stop.is_set():
                 return
-            wake.clear()
+            pushed.clear()
             try:
                 close_old_connections()
                 push.drain_push(resonate_settings().DRAIN_BATCH)
@@ -37,22 +37,22 @@ def _push_loop(wake: threading.Event, stop: threading.Event) -> None:
 def start() -> Callable[[], None]:
     """Starts the ticker and the push thread; returns what stops both (between batches)."""
     runner = ticker.start()
-    wake = threading.Event()
+    pushed = threading.Event()
     stop = threading.Event()
 
-    def on_commit(pushed: bool) -> None:
-        if pushed:
-            wake.set()
+    def on_commit(wrote_push: bool) -> None:
+        if wrote_push:
+            pushed.set()
 
-    notify.subscribe(on_commit)
+    wake.subscribe(on_commit)
     threading.Thread(
-        target=_push_loop, args=(wake, stop), name="resonate-push", daemon=True
+        target=_push_loop, args=(pushed, stop), name="resonate-push", daemon=True
     ).start()
 
     def stop_all() -> None:
         runner.stop()
         stop.set()
-        wake.set()
-        notify.unsubscribe(on_commit)
+        pushed.set()
+        wake.unsubscribe(on_commit)
 
     return stop_all

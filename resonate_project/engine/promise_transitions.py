@@ -14,7 +14,7 @@ from resonate_project.core.protocol import is_live, promise_record, timeout_verd
 from resonate_project.core.wire.promises import PromiseCreateReq, Value
 from resonate_project.engine import outbox, rows, wake
 from resonate_project.engine.effects import Effects
-from resonate_project.engine.tasks import born_fulfilled, born_pending, fulfil, resume
+from resonate_project.engine.task_transitions import born_fulfilled, born_pending, fulfil, resume
 from tasks_app.models import Task
 
 

@@ -29,7 +29,7 @@ from resonate_project.core.protocol import Response
 from resonate_project.edges.envelope import call
 from resonate_project.engine import steps as promise_steps
 from resonate_project.engine import steps as task_steps
-from resonate_project.engine.tasks import release_backoff_ms
+from resonate_project.engine.task_transitions import release_backoff_ms
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.conftest import FAR
