@@ -26,8 +26,8 @@ from resonate_project.engine import steps as task_steps
 from tasks_app import jobs
 from tasks_app.models import Task
 from tests import tasksapp_fixtures as fixtures
+from tests.django_tasks.test_django_tasks import configure
 from tests.support.factories import FAR
-from tests.test_django_tasks import configure
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

@@ -16,7 +16,7 @@ from tasks_app.models import Job
 from tasks_app.worker import Worker
 from tests import tasksapp_fixtures as t
 from tests.admin.test_admin import act, apply, changelist, detail, logged_in, shown, texts
-from tests.test_django_tasks import configure
+from tests.django_tasks.test_django_tasks import configure
 
 pytestmark = pytest.mark.django_db
 
