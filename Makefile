@@ -17,7 +17,7 @@ PYTHON_BOOT := $(shell for c in python3.13 python3.12 python3.14 $$(ls -d /root/
 	$$p -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null && { echo $$p; break; }; done)
 
 .PHONY: run test setup docs lint typecheck test-sqlite test-postgres test-system test-install services browser clean bench chaos
-.PHONY: pgbouncer chaos-pooler chaos-failover
+.PHONY: pgbouncer chaos-pooler chaos-failover chaos-hosts chaos-hosts-pg
 
 $(VENV)/.installed: pyproject.toml
 	@test -n "$(PYTHON_BOOT)" || { echo "need Python >= 3.12 (python3.12/3.13 on PATH or under pyenv)"; exit 1; }
@@ -135,6 +135,19 @@ chaos-pooler: setup pgbouncer
 # table in docs/explanation/reliability.md. ~4 min.
 chaos-failover: setup
 	$(PY) -m bench.chaos.failover $(CHAOS_ARGS)
+
+# The production shape on several test hosts: network namespaces of the run's own (10.231.0.0/24,
+# removed at the end, also on failure; needs root and ip), two web hosts, a worker host, two SDK
+# hosts, a database host and a Redis host, while a web host is cut off, the worker host is
+# partitioned mid-drain, the Redis host is partitioned and the worker host's clock is stepped
+# (bench/chaos/hosts_run.py); writes its table in docs/explanation/reliability.md. ~4 min.
+chaos-hosts: setup
+	$(PY) -m bench.chaos.hosts_run $(CHAOS_ARGS)
+
+# The same hosts with PostgreSQL alone: no Redis, no Celery, serve running the steps and push in
+# each web host's processes; a web host cut off and a web host's clock stepped. ~3 min.
+chaos-hosts-pg: setup
+	$(PY) -m bench.chaos.hosts_run --pg-only $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) resonate.sqlite3*

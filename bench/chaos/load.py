@@ -90,14 +90,15 @@ class Receiver:
     """A loopback endpoint recording every pushed ``unblock``; it can go down and come back on the
     same port."""
 
-    def __init__(self, seen: Seen) -> None:
+    def __init__(self, seen: Seen, host: str = "127.0.0.1") -> None:
         self.seen = seen
+        self.host = host  # bench/chaos/hosts.py: the client host's address in its namespace
         self.port = 0
         self._server: ThreadingHTTPServer | None = None
         self.start()
 
     def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.port}{PUSH_PATH}{name}"
+        return f"http://{self.host}:{self.port}{PUSH_PATH}{name}"
 
     def start(self) -> None:
         seen, receiver = self.seen, self
@@ -110,7 +111,7 @@ class Receiver:
                     message = json.loads(body)
                     if message.get("kind") == "unblock":
                         pid = message["data"]["promise"]["id"]
-                        seen.unblock(pid, f"http://127.0.0.1:{receiver.port}{self.path}")
+                        seen.unblock(pid, f"http://{receiver.host}:{receiver.port}{self.path}")
                 with contextlib.suppress(OSError):
                     self.send_response(200)
                     self.send_header("Content-Length", "2")
@@ -127,7 +128,7 @@ class Receiver:
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass
 
-        self._server = Server(("127.0.0.1", self.port), Handler)
+        self._server = Server((self.host, self.port), Handler)
         self.port = self._server.server_address[1]
         threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True
@@ -154,11 +155,13 @@ class Phase:
 class Driver:
     """The load generator; ``phase()`` starts a scenario's stream, ``quiet()`` stops new work."""
 
-    def __init__(self, urls: list[str], token: str, seed: int = 7) -> None:
+    def __init__(
+        self, urls: list[str], token: str, seed: int = 7, receiver_host: str = "127.0.0.1"
+    ) -> None:
         self.urls = urls
         self.headers = {"Authorization": f"Bearer {token}"}
         self.seen = Seen()
-        self.receiver = Receiver(self.seen)
+        self.receiver = Receiver(self.seen, receiver_host)
         self.rng = random.Random(seed)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="chaos-load", daemon=True)

@@ -74,6 +74,10 @@ class Run:
         self.shape = shape
         self.restarts: dict[str, int] = {}
 
+    def more_actions(self) -> dict[str, Callable[[], None]]:
+        """Further fault kinds, by name (bench/chaos/hosts_run.py's network faults)."""
+        return {}
+
     def inject(self, kind: str) -> Fault:
         shape, cluster = self.shape, self.cluster
         fault = Fault(kind, time.monotonic())
@@ -83,6 +87,7 @@ class Run:
             "pg-immediate": lambda: cluster.pg_restart("immediate"),
             "pg-outage": lambda: cluster.pg_restart("fast", down_s=10),
             "redis-restart": lambda: cluster.redis_restart(1.0),
+            **self.more_actions(),
         }
         if kind in actions:
             actions[kind]()
