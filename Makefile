@@ -67,6 +67,8 @@ typecheck: setup
 docs: setup
 	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
 
+# Every pytest run ends with its slowest tests.
+SLOWEST := --durations=15 --durations-min=1.0
 UNIT := tests --ignore=tests/integration --ignore=tests/e2e --ignore=tests/embedding/test_install.py
 # tests/embedding's host site runs on its own SQLite database, and tests/docs/test_docs_commands.py
 # runs the guides' command lines on SQLite files of its own: once each, in the SQLite run.
@@ -74,7 +76,7 @@ UNIT_PG := $(UNIT) --ignore=tests/embedding/test_host_site.py \
 	--ignore=tests/embedding/test_index_plans.py --ignore=tests/docs/test_docs_commands.py
 
 test-sqlite: setup browser
-	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(UNIT)
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(SLOWEST) $(UNIT)
 
 # PostgreSQL run: skipped with a printed reason when the server is unreachable, except under
 # CI=true, where that is a failure.
@@ -82,7 +84,7 @@ test-postgres: setup services browser
 	@url=$${DATABASE_URL_PG:-$(PG_URL)}; \
 	if $(PY) -c "import sys, psycopg; from psycopg.conninfo import conninfo_to_dict as c, make_conninfo as m; \
 d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_timeout=5).close()" "$$url" 2>/tmp/resonate-pg-check.err; then \
-		DATABASE_URL=$$url $(VENV)/bin/pytest -p no:cacheprovider -n 2 $(UNIT_PG); \
+		DATABASE_URL=$$url $(VENV)/bin/pytest -p no:cacheprovider -n 2 $(SLOWEST) $(UNIT_PG); \
 	elif [ "$${CI:-}" = "true" ]; then \
 		echo "PostgreSQL unreachable at $$url under CI=true: failing"; cat /tmp/resonate-pg-check.err; exit 1; \
 	else \
@@ -91,9 +93,11 @@ d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_ti
 
 # Real processes (uvicorn, Celery worker and beat) and the official SDKs, once, against
 # PostgreSQL and Redis (and the embedded server on SQLite); with the short chaos run
-# (tests/integration/test_chaos_short.py: its own PostgreSQL cluster and Redis server, ~1.5 min).
+# (tests/integration/test_chaos_short.py: its own PostgreSQL cluster and Redis server, ~1.5 min)
+# and the short round on several test hosts (tests/integration/test_hosts.py: network namespaces
+# of its own, needs root and ip; skipped without them unless CI=true, ~1.5 min).
 test-system: setup services pgbouncer
-	$(VENV)/bin/pytest -p no:cacheprovider -n 2 tests/integration tests/e2e
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(SLOWEST) tests/integration tests/e2e
 
 test: lint typecheck docs test-sqlite test-postgres test-system test-install
 
@@ -102,7 +106,7 @@ test: lint typecheck docs test-sqlite test-postgres test-system test-install
 # migrated under one Django and served under the other (tests/embedding/test_install.py): seven
 # fresh virtualenvs from the package index, ~2 min on 2 cores; part of `make test`.
 test-install: setup services
-	$(VENV)/bin/pytest -p no:cacheprovider -n 2 tests/embedding/test_install.py
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(SLOWEST) tests/embedding/test_install.py
 
 # Throughput and latency against PostgreSQL on this machine (bench/run.py;
 # docs/explanation/benchmark-history.md):
