@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from promises import handlers as promise_handlers
+import promises.handlers
 from promises.models import Callback, Promise, PromiseState
 from resonate_project.core.errors import (
     Conflict,
@@ -104,7 +104,7 @@ def task_create(req: TaskCreateReq, now: int) -> Response:
             "a resonate:timer promise may not carry resonate:target in task.create",
             field="action.data.tags",
         )
-    promise_handlers.check_target("action.data.tags", action.tags)
+    promises.handlers.check_target("action.data.tags", action.tags)
     with unit_of_work(now):
         born = promise_transitions.new_promise(action, now)
         if promise_transitions.insert(born):  # the common case first: one statement
@@ -163,10 +163,10 @@ def task_fence(req: TaskFenceReq, now: int) -> Response:
         target_task, target = locked.get(action.data.id, (None, None))
         try:  # the inner refusals come before its first write, so catching them is safe
             if isinstance(action, CreateAction):
-                inner = promise_handlers.create(action.data, now, fx, locked=target)
+                inner = promises.handlers.create(action.data, now, fx, locked=target)
             else:
-                promise_handlers.check_settable(action.data.state)
-                inner = promise_handlers.settle(
+                promises.handlers.check_settable(action.data.state)
+                inner = promises.handlers.settle(
                     action.data.id,
                     action.data.state,
                     action.data.value,
@@ -248,9 +248,9 @@ async def fenced_on_loop(
             if target is None:  # created meanwhile: task_fence reads it under its lock
                 raise aio.HandOff
         return ok({"promise": promise_record(target, now)})
-    promise_handlers.check_settable(action.data.state)
+    promises.handlers.check_settable(action.data.state)
     if target is None:
-        raise NotFound(promise_handlers.PROMISE_NOT_FOUND)
+        raise NotFound(promises.handlers.PROMISE_NOT_FOUND)
     if not promise_transitions.is_plain_promise(target):
         raise aio.HandOff
     if is_live(target, now):
@@ -321,7 +321,7 @@ def task_suspend(req: TaskSuspendReq, now: int) -> Response:
 def task_fulfill(req: TaskFulfillReq, now: int) -> Response:
     """T-07. Settle the task's own promise (``action.data.id`` is not consulted) and fulfil it."""
     data = req.action.data
-    promise_handlers.check_settable(data.state)
+    promises.handlers.check_settable(data.state)
     with unit_of_work(now) as fx:
         t, p = task_for_update(req.id)
         if t is None or p is None:

@@ -69,7 +69,7 @@ def web_threads() -> int:
 type _Job = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]]
 
 
-class Handlers:
+class HandlerThreads:
     """The envelope's threads: a queue of calls, each answered into an asyncio future of the loop
     that asked. The same hand-off as ``loop.run_in_executor``, without its second future, work
     item and thread-count check per call (a third of the hand-off's CPU, measured with a
@@ -118,16 +118,16 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_exception(error)
 
 
-_handlers: Handlers | None = None
+_handlers: HandlerThreads | None = None
 _handlers_lock = threading.Lock()
 
 
-def _pool(threads: int) -> Handlers:
+def _pool(threads: int) -> HandlerThreads:
     global _handlers
     if _handlers is None:
         with _handlers_lock:
             if _handlers is None:
-                _handlers = Handlers(threads)
+                _handlers = HandlerThreads(threads)
     return _handlers
 
 
@@ -136,7 +136,7 @@ async def answer(body: bytes, authorization: str | None = None) -> tuple[int, by
     is the request's Authorization header (a credential in ``head.auth`` takes precedence).
 
     Plain promise births and settlements are answered on the event loop (``engine.aio``); every
-    other handler runs on the envelope's threads (``Handlers``) with the request's context
+    other handler runs on the envelope's threads (``HandlerThreads``) with the request's context
     variables (as ``sync_to_async`` would carry them): asgiref's wrapper, built anew per request,
     was a sixth of a create+settle request's server CPU
     (docs/explanation/benchmark-history.md#hot-path-levers-issue-15-measured-2026-12-01)."""

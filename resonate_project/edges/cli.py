@@ -1,9 +1,10 @@
 """``manage.py resonate``: promises, tasks and schedules from the command line, shaped like the
 reference server's CLI.
 
-Every subcommand sends protocol requests (the kinds of ``POST /``): by default to the local
-database through the typed services (``local_kinds`` below), or with ``--server URL`` to a running
-server as envelopes over HTTP (``--token`` adds ``Authorization: Bearer``). Output is
+Every subcommand sends protocol requests (the kinds marked ``cli`` in ``edges.kinds``): by
+default to the local database through the envelope's own path (``local`` below), or with
+``--server URL`` to a running server as envelopes over HTTP (``--token`` adds
+``Authorization: Bearer``). Output is
 human-readable (aligned columns, UTC datetimes, values decoded from base64 when they are text);
 ``--json`` prints the protocol's data as JSON instead. The clock is read once per command.
 
@@ -40,9 +41,8 @@ import httpx
 
 from resonate_project import USER_AGENT
 from resonate_project.core import clock
-from resonate_project.core.errors import ProtocolError
 from resonate_project.core.present import decoded_text, iso, relative, span
-from resonate_project.core.protocol import PROMISE_STATES, TASK_STATES, Page, Response
+from resonate_project.core.protocol import PROMISE_STATES, TASK_STATES, Response
 from resonate_project.core.tags import BRANCH, DELAY, ORIGIN, PARENT, SCOPE, TARGET, TIMER
 
 # With --server nothing here needs Django: manage.py runs such a call through main_remote,
@@ -250,85 +250,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # --- transport ----------------------------------------------------------------------------------
 
 
-def page(key: str, found: Page[Any]) -> dict[str, Any]:
-    data: dict[str, Any] = {key: found.items}
-    if found.cursor is not None:
-        data["cursor"] = found.cursor
-    return data
-
-
-def done(service: Callable[..., None], **kwargs: Any) -> dict[str, Any]:
-    """A service that answers nothing on success: the wire's empty data."""
-    service(**kwargs)
-    return {}
-
-
-def search_args(d: dict[str, Any]) -> dict[str, Any]:
-    return {"limit": d.get("limit"), "cursor": d.get("cursor"), "id_prefix": d.get("idPrefix")}
-
-
-def local_kinds() -> dict[str, Callable[[dict[str, Any], int], Any]]:
-    """The request kinds the commands send, run locally through the typed services (no wire
-    round trip); with --server the same kinds go to POST / instead, so both answer alike."""
-    from promises import services as promises
-    from schedules import services as schedules
-    from tasks_app import services as tasks
-
-    return {
-        "promise.get": lambda d, now: {"promise": promises.promise_get(id=d["id"], now=now)},
-        "promise.create": lambda d, now: {
-            "promise": promises.promise_create(
-                id=d["id"],
-                timeout_at=d["timeoutAt"],
-                param=d.get("param"),
-                tags=d.get("tags"),
-                now=now,
-            )
-        },
-        "promise.settle": lambda d, now: {
-            "promise": promises.promise_settle(
-                id=d["id"], state=d["state"], value=d.get("value"), now=now
-            )
-        },
-        "promise.search": lambda d, now: page(
-            "promises",
-            promises.promise_search(
-                state=d.get("state"), tags=d.get("tags"), now=now, **search_args(d)
-            ),
-        ),
-        "task.get": lambda d, now: {"task": tasks.task_get(id=d["id"], now=now)},
-        "task.halt": lambda d, now: done(tasks.task_halt, id=d["id"], now=now),
-        "task.continue": lambda d, now: done(tasks.task_continue, id=d["id"], now=now),
-        "task.search": lambda d, now: page(
-            "tasks", tasks.task_search(state=d.get("state"), now=now, **search_args(d))
-        ),
-        "schedule.get": lambda d, now: {"schedule": schedules.schedule_get(id=d["id"], now=now)},
-        "schedule.create": lambda d, now: {
-            "schedule": schedules.schedule_create(
-                id=d["id"],
-                cron=d["cron"],
-                promise_id=d["promiseId"],
-                promise_timeout=d["promiseTimeout"],
-                promise_param=d.get("promiseParam"),
-                promise_tags=d.get("promiseTags"),
-                now=now,
-            )
-        },
-        "schedule.delete": lambda d, now: done(schedules.schedule_delete, id=d["id"], now=now),
-        "schedule.search": lambda d, now: page(
-            "schedules", schedules.schedule_search(tags=d.get("tags"), now=now, **search_args(d))
-        ),
-    }
-
-
 def local(now: int) -> Send:
-    kinds = local_kinds()
+    """Send a kind to the local database through the envelope's own path (``envelope.call``: the
+    same decoding, checks and handler as ``POST /``, as a trusted caller), so a command answers
+    alike with or without --server."""
+    from resonate_project.edges.envelope import call
+    from resonate_project.edges.kinds import CLI_KINDS
 
     def send(kind: str, data: dict[str, Any]) -> Response:
-        try:
-            return Response(200, kinds[kind](data, now))
-        except ProtocolError as refused:
-            return Response(refused.status, refused.message)
+        assert kind in CLI_KINDS, f"{kind} is not a kind the command line sends (edges.kinds)"
+        return call(kind, data, now)
 
     return send
 

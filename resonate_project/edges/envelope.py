@@ -19,7 +19,7 @@ from resonate_project.core.errors import ProtocolError
 from resonate_project.core.limits import unstorable_refusal
 from resonate_project.core.protocol import PROTOCOL_VERSION, Response, bad_request
 from resonate_project.edges.json_depth import depth_refusal
-from resonate_project.edges.kinds import DEBUG_KINDS, KINDS, LOOP_KINDS
+from resonate_project.edges.kinds import KINDS
 from resonate_project.engine import scope
 from resonate_project.observability.request import RequestObservation, request_scope
 
@@ -163,7 +163,7 @@ def handle(
     try:
         principal = authenticate(token, clock_ms)
         debug = resonate_settings().DEBUG
-        res = dispatch(env.kind, env.head, env.data, clock_ms, debug, principal, obs)
+        res = answer(env.kind, env.head, env.data, clock_ms, debug, principal, obs)
     except Exception as exc:
         if isinstance(exc, OperationalError | InterfaceError):
             connection.close_if_unusable_or_obsolete()
@@ -172,10 +172,12 @@ def handle(
 
 
 def on_loop(env: Envelope, bearer: str | None) -> bool:
-    """Whether ``handle_on_loop`` may answer this envelope: its kind is in ``LOOP_KINDS`` and its
-    credential, if any, needs no database (a service credential is looked up; a JWT is not)."""
+    """Whether ``handle_on_loop`` may answer this envelope: its kind has an event-loop answer
+    (``Kind.on_loop``) and its credential, if any, needs no database (a service credential is
+    looked up; a JWT is not)."""
     token = env.head.get("auth", bearer)
-    if env.kind not in LOOP_KINDS or (token is not None and not isinstance(token, str)):
+    kind = KINDS.get(env.kind)
+    if kind is None or kind.on_loop is None or (token is not None and not isinstance(token, str)):
         return False
     return not (token and auth_required() and is_service_token(token))
 
@@ -191,7 +193,7 @@ async def handle_on_loop(
         principal = authenticate(token, clock_ms)
         debug = resonate_settings().DEBUG
         prepared = prepare(
-            env.kind, env.head, env.data, clock_ms, debug, principal, obs, LOOP_KINDS
+            env.kind, env.head, env.data, clock_ms, debug, principal, obs, on_loop=True
         )
         if isinstance(prepared, Response):
             res = prepared
@@ -210,7 +212,7 @@ async def handle_on_loop(
     return respond(env.kind, corr_id, res)
 
 
-def dispatch(
+def answer(
     kind: str,
     head: dict[str, Any],
     data: bytes | msgspec.Raw,
@@ -247,10 +249,10 @@ def prepare(
     debug: bool,
     principal: Principal | None = None,
     obs: RequestObservation | None = None,
-    kinds: dict[str, tuple[type, Any]] = KINDS,
+    on_loop: bool = False,
 ) -> tuple[Any, Any, int] | Response:
-    """Everything ``dispatch`` decides before the handler runs: the refusal, or the handler (from
-    ``kinds``), its decoded and authorized request, and ``now``."""
+    """Everything ``answer`` decides before the handler runs: the refusal, or the kind's handler
+    (its event-loop answer if ``on_loop``), its decoded and authorized request, and ``now``."""
     if not isinstance(head.get("corrId", ""), str):
         return bad_request("head.corrId must be a string")
     version = head.get("version")
@@ -258,16 +260,14 @@ def prepare(
         return bad_request(
             f"unsupported protocol version {version!r}; this server speaks {PROTOCOL_VERSION}"
         )
-    entry = kinds.get(kind)
+    entry = KINDS.get(kind)
     if entry is None:
-        if kind in DEBUG_KINDS:
-            if not debug:
-                return Response(403, "debug operations are disabled (set RESONATE_DEBUG)")
-            if principal is not None and not principal.admin:
-                return Response(403, "debug operations need an admin credential")
-            entry = DEBUG_KINDS[kind]
-        else:
-            return bad_request(f"unknown kind {kind!r}")
+        return bad_request(f"unknown kind {kind!r}")
+    if entry.debug:
+        if not debug:
+            return Response(403, "debug operations are disabled (set RESONATE_DEBUG)")
+        if principal is not None and not principal.admin:
+            return Response(403, "debug operations need an admin credential")
     now = clock_ms
     if debug and DEBUG_TIME in head:
         if principal is not None and not principal.admin:
@@ -276,7 +276,8 @@ def prepare(
         if not isinstance(debug_time, int) or isinstance(debug_time, bool) or debug_time < 0:
             return bad_request("head.resonate:debug_time must be a non-negative integer (ms)")
         now = debug_time
-    req_type, handler = entry
+    req_type = entry.request
+    handler = entry.on_loop if on_loop else entry.handler
     raw = bytes(data)
     if b"\\u0000" in raw and _NUL.search(raw):
         return bad_request(
@@ -316,4 +317,4 @@ def run(handler: Any, req: Any, now: int) -> Response:
 def call(kind: str, data: dict[str, Any], now: int, principal: Principal | None = None) -> Response:
     """Run one request kind from Python (admin actions, commands, tests) exactly as the API does,
     as ``principal`` (None: a trusted caller)."""
-    return dispatch(kind, {}, msgspec.json.encode(data), now, resonate_settings().DEBUG, principal)
+    return answer(kind, {}, msgspec.json.encode(data), now, resonate_settings().DEBUG, principal)

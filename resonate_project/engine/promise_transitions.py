@@ -8,9 +8,9 @@ from typing import Any
 from django.db.models import Model
 
 from promises.models import Callback, Listener, Promise, PromiseState
-from resonate_project.core import tags as T
 from resonate_project.core.calls import function_name
 from resonate_project.core.protocol import is_live, promise_record, timeout_verdict
+from resonate_project.core.tags import BRANCH, PARENT, TARGET, is_external, is_targeted, is_timer
 from resonate_project.core.wire.promises import PromiseCreateReq, Value
 from resonate_project.engine import outbox, rows, wake
 from resonate_project.engine.effects import Effects
@@ -23,7 +23,7 @@ def new_promise(req: PromiseCreateReq, now: int) -> Promise:
     deadline (resolved for a timer, rejected_timedout otherwise) and stamped ``createdAt =
     settledAt = timeoutAt``."""
     tags = req.tags
-    timer = T.is_timer(tags)
+    timer = is_timer(tags)
     if req.timeout_at > now:
         state: str = PromiseState.PENDING
         created_at, settled_at = now, None
@@ -39,12 +39,12 @@ def new_promise(req: PromiseCreateReq, now: int) -> Promise:
         timeout_at=req.timeout_at,
         created_at=created_at,
         settled_at=settled_at,
-        target=tags.get(T.TARGET),
+        target=tags.get(TARGET),
         timer=timer,
-        external=T.is_external(tags),
-        branch=tags.get(T.BRANCH),
-        parent=tags.get(T.PARENT),
-        function=function_name(req.param.data) if T.TARGET in tags else None,
+        external=is_external(tags),
+        branch=tags.get(BRANCH),
+        parent=tags.get(PARENT),
+        function=function_name(req.param.data) if TARGET in tags else None,
     )
 
 
@@ -128,7 +128,7 @@ def is_plain(tags: dict[str, str]) -> bool:
     """A promise with no target that is not external: no task, no callbacks or listeners (C2,
     C3) and no durable deadline (C1), so its birth and its settlement each write one row and
     enable no step."""
-    return not T.is_targeted(tags) and not T.is_external(tags)
+    return not is_targeted(tags) and not is_external(tags)
 
 
 def create_plain(req: PromiseCreateReq, now: int) -> Promise | None:

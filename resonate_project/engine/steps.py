@@ -197,18 +197,29 @@ def outbox_cleanup(now: int, limit: int, only: Any = None) -> int:
 # whose terms include each of the index's own).
 
 
+def index_condition(model: type[Model], name: str) -> str:
+    """The ``WHERE`` condition of ``model``'s partial index ``name`` as this connection's Django
+    renders it in the migration (``Index.create_sql``), so a sweep's query names the same terms as
+    the index it means to read."""
+    index = next(i for i in model._meta.indexes if i.name == name)
+    sql = str(index.create_sql(model, connection.schema_editor()))
+    return sql.partition(" WHERE ")[2].strip()
+
+
 def _armed(vendor: str) -> str:
-    """The condition of ``promise_armed_timeout`` (``Q(state="pending", external=True)``) as the
-    sweep and ``due_heads`` write it. On SQLite in both of Django's renderings of that index,
-    ``"external"`` (6.0) and ``"external" = 1`` (6.1), since a database keeps the one it was
-    migrated under whichever Django serves it; and with ``state = 'pending'`` declared likely,
-    since without statistics the planner takes that for selective, reads ``promise_state_id`` and
-    sorts every pending promise. Nothing here names the index (``INDEXED BY`` fails every query
-    whose condition does not match the index verbatim): a rendering missed costs a sort, never
-    an error (tests/embedding reads the plans under either rendering, on 6.0 and 6.1)."""
+    """The condition of ``promise_armed_timeout`` (the model's ``Q(state="pending",
+    external=True)``) as the sweep and ``due_heads`` write it: on PostgreSQL the index's own
+    rendering (:func:`index_condition`). On SQLite the same terms twice over, since a database
+    keeps the rendering it was migrated under whichever Django serves it: ``"external"`` (6.0)
+    and ``"external" = 1`` (6.1); and ``state = 'pending'`` declared likely, since without
+    statistics the planner takes it for selective, reads ``promise_state_id`` and sorts every
+    pending promise. Nothing here names the index (``INDEXED BY`` fails every query whose
+    condition does not match the index verbatim): a rendering missed costs a sort, never an
+    error (tests/embedding reads the plans under either rendering, on 6.0 and 6.1;
+    tests/engine/test_steps.py checks the SQLite terms against the model's index)."""
     if vendor == "sqlite":
         return '"external" AND "external" = 1 AND likelihood("state" = \'pending\', 0.9)'
-    return '"external" AND "state" = \'pending\''
+    return index_condition(Promise, "promise_armed_timeout")
 
 
 def _spared_sql(step: str, model: type[Any], column: str) -> str:

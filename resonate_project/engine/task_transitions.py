@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 from django.db import transaction
 
 from promises.models import Promise
-from resonate_project.core import tags as T
 from resonate_project.core.addresses import is_claimed_from_database, parse_poll
 from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import is_live, viewed_task_state
+from resonate_project.core.tags import DELAY, parse_delay
 from resonate_project.core.wire.promises import later
 from resonate_project.engine import outbox, rows, wake
 from tasks_app.models import Task, TaskState
@@ -40,8 +40,8 @@ def first_dispatch_at(p: Promise, now: int) -> int:
     """
     if p.timer or is_claimed_from_database(p.target):
         return p.timeout_at
-    delay = p.tags.get(T.DELAY)
-    due = max(T.parse_delay(delay), now) if delay is not None else now
+    delay = p.tags.get(DELAY)
+    due = max(parse_delay(delay), now) if delay is not None else now
     return min(due, p.timeout_at)
 
 

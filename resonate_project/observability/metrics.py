@@ -89,7 +89,7 @@ if MULTIPROCESS:
     # exit with os._exit and are marked dead by a worker signal (resonate_project.celery).
     atexit.register(lambda: _multiprocess.mark_process_dead(os.getpid()))
 
-# The request kinds a label may name (the dispatch tables'; tests/observability/test_metrics.py
+# The request kinds a label may name (edges.kinds.KINDS'; tests/observability/test_metrics.py
 # keeps them equal).
 # Any other string a client sends is labelled "other": label values must not be client-chosen,
 # or every new string would add series for as long as the process lives.

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from outbox.models import Message
 from promises.models import Callback, Listener, Promise
 from resonate_project.core.conf import resonate_settings
-from resonate_project.edges.api import Handlers, web_threads
+from resonate_project.edges.api import HandlerThreads, web_threads
 from resonate_project.engine.aio import loop_connections
 from schedules.models import Schedule
 from tasks_app.models import Task
@@ -961,7 +961,7 @@ def test_plain_promises_are_answered_on_the_loop_on_postgresql_only_unless_set_o
 
 
 def test_the_envelope_threads_answer_each_call_into_its_own_loop_errors_included() -> None:
-    handlers = Handlers(2)
+    handlers = HandlerThreads(2)
     marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
 
     def fail() -> None:
@@ -990,6 +990,6 @@ def test_the_envelope_threads_answer_each_call_into_its_own_loop_errors_included
     assert not any(t.is_alive() for t in handlers._threads)
 
 
-async def _one(handlers: Handlers) -> str:
+async def _one(handlers: HandlerThreads) -> str:
     answer: str = await handlers.run(lambda: "still serving")
     return answer

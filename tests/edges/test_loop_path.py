@@ -29,7 +29,7 @@ from tests.support.factories import FAR
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-class CountingHandlers(api.Handlers):
+class CountingThreads(api.HandlerThreads):
     """The envelope's thread, counting the requests handed to it."""
 
     def __init__(self) -> None:
@@ -42,12 +42,12 @@ class CountingHandlers(api.Handlers):
 
 
 @pytest.fixture
-def threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[CountingHandlers]:
+def threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[CountingThreads]:
     """Requests served as in production: one envelope thread (counted), the loop path on."""
     monkeypatch.setenv("RESONATE_WEB_THREADS", "1")
     monkeypatch.delenv("RESONATE_LOOP_CONNECTIONS", raising=False)
     resonate_settings.cache_clear()
-    handlers = CountingHandlers()
+    handlers = CountingThreads()
     monkeypatch.setattr(api, "_handlers", handlers)
     try:
         yield handlers
@@ -98,7 +98,7 @@ def serve(*bodies: bytes, auth: str | None = None) -> list[tuple[int, Any]]:
 
 
 def test_plain_create_and_settle_answer_on_the_loop_with_the_threads_answers(
-    threads: CountingHandlers,
+    threads: CountingThreads,
 ) -> None:
     (created, again, settled, late, read) = serve(
         create("p1"),
@@ -125,7 +125,7 @@ def test_plain_create_and_settle_answer_on_the_loop_with_the_threads_answers(
 
 
 def test_any_other_promise_is_handed_to_the_threads_and_gets_its_task_and_messages(
-    threads: CountingHandlers,
+    threads: CountingThreads,
 ) -> None:
     target = {"resonate:target": "poll://any@workers"}
     (born, done, absent) = serve(create("t1", target), settle("t1"), settle("nobody"))
@@ -139,7 +139,7 @@ def test_any_other_promise_is_handed_to_the_threads_and_gets_its_task_and_messag
 
 
 def test_refusals_on_the_loop_name_the_problem_and_write_nothing(
-    threads: CountingHandlers,
+    threads: CountingThreads,
 ) -> None:
     answers = serve(
         settle("p2", "bogus"),
@@ -157,7 +157,7 @@ def test_refusals_on_the_loop_name_the_problem_and_write_nothing(
     assert not Promise.objects.exists()
 
 
-def test_the_loop_applies_the_credential_rules(threads: CountingHandlers) -> None:
+def test_the_loop_applies_the_credential_rules(threads: CountingThreads) -> None:
     with override_settings(RESONATE={"AUTH": "required"}):
         (missing,) = serve(create("p3"))
         _, token = credential_create(name="svc", now=int(time.time() * 1000), prefix="app/")
@@ -170,7 +170,7 @@ def test_the_loop_applies_the_credential_rules(threads: CountingHandlers) -> Non
     assert list(Promise.objects.values_list("id", flat=True)) == ["app/p3"]
 
 
-def test_host_receivers_still_hear_a_plain_settlement(threads: CountingHandlers) -> None:
+def test_host_receivers_still_hear_a_plain_settlement(threads: CountingThreads) -> None:
     heard: list[tuple[str, str]] = []
 
     def receiver(sender: Any, id: str, state: str, **kwargs: Any) -> None:
@@ -185,7 +185,7 @@ def test_host_receivers_still_hear_a_plain_settlement(threads: CountingHandlers)
 
 
 def test_a_dropped_database_connection_is_a_503_and_the_next_requests_succeed(
-    threads: CountingHandlers,
+    threads: CountingThreads,
 ) -> None:
     async def main() -> list[int]:
         statuses = []
@@ -223,7 +223,7 @@ def terminate_loop_backends() -> None:
 
 
 def test_a_loop_without_the_lifespan_sends_every_request_to_the_threads(
-    threads: CountingHandlers,
+    threads: CountingThreads,
 ) -> None:
     """Django's async view under WSGI runs each request in an event loop of its own: such a loop
     gets no connections (they would outlive it), so its requests take the threads."""
@@ -240,7 +240,7 @@ def test_a_loop_without_the_lifespan_sends_every_request_to_the_threads(
 
 
 def test_the_lifespan_gives_the_loop_its_connections_and_closes_them(
-    threads: CountingHandlers,
+    threads: CountingThreads,
 ) -> None:
     app = wrap(lambda *args: None, steps=False)
     app.start = app.stop = lambda: None  # type: ignore[method-assign]  # no flusher thread here
@@ -355,7 +355,7 @@ def shape(answers: list[tuple[int, Any]], root: str) -> list[Any]:
 
 
 def test_a_fenced_plain_step_answers_on_the_loop_exactly_as_on_the_threads(
-    threads: CountingHandlers, monkeypatch: pytest.MonkeyPatch
+    threads: CountingThreads, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     on_loop = serve(*cycle("wf-loop"))
     assert threads.calls == 2  # task.create and task.fulfill; the four fences on the loop
@@ -373,7 +373,7 @@ def test_a_fenced_plain_step_answers_on_the_loop_exactly_as_on_the_threads(
     assert stored == {"wf-loop": "resolved", "wf-loop:1": "resolved", "wf-loop:2": "resolved"}
 
 
-def test_a_fence_refused_on_the_loop_writes_nothing(threads: CountingHandlers) -> None:
+def test_a_fence_refused_on_the_loop_writes_nothing(threads: CountingThreads) -> None:
     steps = cycle("wf")
     answers = serve(
         steps[0],
@@ -396,7 +396,7 @@ def test_a_fence_refused_on_the_loop_writes_nothing(threads: CountingHandlers) -
 
 
 def test_a_fence_on_a_promise_that_is_not_plain_is_left_to_the_threads(
-    threads: CountingHandlers,
+    threads: CountingThreads,
 ) -> None:
     steps = cycle("wf")
     external = action_create("wf:ext", "wf")

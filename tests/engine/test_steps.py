@@ -446,3 +446,26 @@ def test_two_retry_sweepers_never_dispatch_the_same_task_twice(api: Api) -> None
     assert sum(counts) == n
     assert Task.objects.filter(retry_at=due + RETRY).count() == n
     assert {m.revision for m in Message.objects.filter(kind="execute")} == {2}
+
+
+@pytest.mark.django_db
+def test_the_timeout_sweep_names_the_terms_of_the_index_it_reads() -> None:
+    """R1 reads ``promise_armed_timeout``; a database uses a partial index only for a query whose
+    condition implies the index's, so the sweep's condition comes from the model's index."""
+    from resonate_project.engine.steps import _armed, index_condition
+
+    index = index_condition(Promise, "promise_armed_timeout")
+    assert '"external"' in index
+    assert "\"state\" = 'pending'" in index
+    swept = _armed(connection.vendor)
+    if connection.vendor == "postgresql":
+        assert swept == index
+    else:
+        # Both Django renderings of the boolean term, and the state term (inside likelihood()).
+        assert '"external"' in swept
+        assert '"external" = 1' in swept
+        assert "\"state\" = 'pending'" in swept
+        assert "\"state\" = 'pending'" in index
+    with connection.cursor() as cursor:  # the condition is valid SQL on this database
+        cursor.execute(f'SELECT count(*) FROM "promises_promise" WHERE {swept}')
+        assert cursor.fetchone() == (0,)

@@ -23,7 +23,7 @@ from outbox.push import drain_push
 from promises.models import Promise
 from resonate_project.access.credentials import credential_create
 from resonate_project.core.clock import now_ms
-from resonate_project.edges.kinds import DEBUG_KINDS, KINDS
+from resonate_project.edges.kinds import KINDS
 from resonate_project.engine import outbox as enqueue
 from resonate_project.engine.steps import run_due
 from resonate_project.observability import export
@@ -81,7 +81,7 @@ def test_a_kind_the_server_does_not_know_is_labelled_other(db: Any, client: Clie
 
 
 def test_the_labelled_kinds_are_the_dispatch_tables_kinds() -> None:
-    assert {*KINDS, *DEBUG_KINDS, ""} == REQUEST_KINDS
+    assert {*KINDS, ""} == REQUEST_KINDS
 
 
 def test_nothing_is_recorded_with_metrics_off(db: Any, client: Client) -> None:

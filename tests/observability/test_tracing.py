@@ -3,6 +3,7 @@ context on the wire, and nothing at all when no ``OTEL_*`` variable is set."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -69,13 +70,14 @@ def test_an_envelope_request_is_a_span_named_by_its_kind_with_its_ids(
 ) -> None:
     assert envelope("promise.create", id="p1", timeoutAt=FAR)[0] == 200
     seen: list[trace.Span] = []
-    req_type, handler = KINDS["promise.get"]
+    kind = KINDS["promise.get"]
+    handler = kind.handler
 
     def spy(req: Any, now: int) -> Any:
         seen.append(trace.get_current_span())
         return handler(req, now)
 
-    monkeypatch.setitem(KINDS, "promise.get", (req_type, spy))
+    monkeypatch.setitem(KINDS, "promise.get", dataclasses.replace(kind, handler=spy))
     status, _ = envelope("promise.get", corr_id="c-2", id="p1")
     assert status == 200
 

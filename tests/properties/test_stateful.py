@@ -27,8 +27,7 @@ from outbox.models import Message
 from promises.models import Callback, Listener, Promise
 from resonate_project.core.protocol import Response
 from resonate_project.edges.envelope import call
-from resonate_project.engine import steps as promise_steps
-from resonate_project.engine import steps as task_steps
+from resonate_project.engine import steps
 from resonate_project.engine.task_transitions import release_backoff_ms
 from schedules.models import Schedule
 from tasks_app.models import Task
@@ -78,12 +77,12 @@ pids = st.sampled_from(PIDS)
 ttls = st.sampled_from(TTLS)
 
 STEPS: dict[str, Callable[[int, int], int]] = {
-    "promise_timeouts": promise_steps.promise_timeouts,
-    "run_due": task_steps.run_due,
-    "lease_expiry": task_steps.lease_expiry,
-    "retry_dispatch": task_steps.retry_dispatch,
-    "callback_drain": task_steps.callback_drain,
-    "listener_drain": promise_steps.listener_drain,
+    "promise_timeouts": steps.promise_timeouts,
+    "run_due": steps.run_due,
+    "lease_expiry": steps.lease_expiry,
+    "retry_dispatch": steps.retry_dispatch,
+    "callback_drain": steps.callback_drain,
+    "listener_drain": steps.listener_drain,
 }
 
 # §5.8 task edges (pre -> allowed post states) for one step.

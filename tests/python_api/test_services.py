@@ -149,3 +149,28 @@ def test_the_readme_refusal_example_reports_status_and_field(
     with pytest.raises(ProtocolError) as refused:
         promises.promise_settle(id="order/7/approval", state="resolved", now=NOW)
     assert (refused.value.status, refused.value.message) == (404, "promise not found")
+
+
+def test_every_protocol_kind_has_one_typed_service_named_after_it() -> None:
+    import inspect
+
+    from resonate_project.edges.kinds import KINDS, PROTOCOL_KINDS
+
+    apps = {"promise": "promises", "task": "tasks_app", "schedule": "schedules"}
+    for name in PROTOCOL_KINDS:
+        service = KINDS[name].service
+        assert service is not None, f"{name} has no service in edges.kinds"
+        noun, verb = name.split(".")
+        assert (service.__module__, service.__name__) == (
+            f"{apps[noun]}.services",
+            f"{noun}_{verb}",
+        )
+        now = inspect.signature(service).parameters["now"]
+        assert now.kind is inspect.Parameter.KEYWORD_ONLY, f"{name}: now is keyword-only"
+    assert {k.name for k in KINDS.values() if k.debug} == {
+        "debug.start",
+        "debug.stop",
+        "debug.reset",
+        "debug.snap",
+        "debug.tick",
+    }

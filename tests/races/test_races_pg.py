@@ -21,8 +21,7 @@ from resonate_project.core.clock import now_ms
 from resonate_project.core.protocol import Response
 from resonate_project.edges.envelope import call
 from resonate_project.engine import outbox as enqueue
-from resonate_project.engine import steps as promise_steps
-from resonate_project.engine import steps as task_steps
+from resonate_project.engine import steps
 from tasks_app import jobs
 from tasks_app.models import Task
 from tests import tasksapp_fixtures as fixtures
@@ -113,11 +112,11 @@ def test_settle_racing_the_timeout_step_at_the_deadline_has_one_outcome_everyone
         def contend(who: int, pid: str = pid) -> Any:
             if who == 0:
                 return call("promise.settle", {"id": pid, "state": "resolved"}, deadline - 1)
-            return promise_steps.promise_timeouts(deadline, 100)
+            return steps.promise_timeouts(deadline, 100)
 
         settle_res, _ = race(2, contend)
         assert settle_res.status == 200
-        task_steps.run_due(deadline, 100)  # drains whatever a busy row left for the steps
+        steps.run_due(deadline, 100)  # drains whatever a busy row left for the steps
 
         later = deadline + 1
         record = ok("promise.get", later, id=pid).data["promise"]
@@ -198,7 +197,7 @@ def test_a_plain_settle_just_before_its_deadline_wins_whatever_the_timeout_step_
         def contend(who: int, pid: str = pid) -> Any:
             if who == 0:
                 return call("promise.settle", {"id": pid, "state": "resolved"}, deadline - 1)
-            return promise_steps.promise_timeouts(deadline, 100)
+            return steps.promise_timeouts(deadline, 100)
 
         settle_res, _ = race(2, contend)
         record = ok("promise.get", deadline + 1, id=pid).data["promise"]
@@ -266,7 +265,7 @@ def test_crossing_suspends_and_settles_never_fail_and_never_lose_a_wake() -> Non
         results = race(4, cross)
         assert [r.status in (200, 300) for r in results[:2]] == [True, True], results
         assert [r.status for r in results[2:]] == [200, 200], results
-        task_steps.run_due(2_000, 100)  # awaiters busy at settlement are resumed by the step
+        steps.run_due(2_000, 100)  # awaiters busy at settlement are resumed by the step
         for tid, res in ((x, results[0]), (y, results[1])):
             task = Task.objects.get(promise_id=tid)
             if res.status == 300:

@@ -20,7 +20,7 @@ from promises.models import Listener, Promise
 from resonate_project.access.credentials import credential_create
 from tasks_app.models import Task
 from tests.edges.test_loop_path import (
-    CountingHandlers,
+    CountingThreads,
     action_create,
     fence,
     serve,
@@ -357,7 +357,7 @@ def test_finding10_a_jwt_groups_claim_limits_addresses(client: Client, required:
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_finding1_the_loop_paths_preload_is_scoped_too(
-    threads: CountingHandlers,  # noqa: F811  (the fixture imported above)
+    threads: CountingThreads,  # noqa: F811  (the fixture imported above)
 ) -> None:
     limited = token({"prefix": "billing/"})
     foreign = promise(

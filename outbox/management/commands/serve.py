@@ -92,9 +92,9 @@ class Command(BaseCommand):
         if embedded is None:
             embedded = not celery_enabled()
         if embedded:
-            from resonate_project.runtime import embedded as embedded_server
+            import resonate_project.runtime.embedded
 
-            embedded_server.start()
+            resonate_project.runtime.embedded.start()
         workers = 1 if embedded else max(1, options["workers"])
         self._metrics(workers)
         mode = "embedded" if embedded else f"web x{workers} (Celery runs steps and push)"

@@ -9,7 +9,7 @@ from django.urls import NoReverseMatch, reverse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 from resonate_project.core.protocol import PROTOCOL_VERSION
-from resonate_project.edges.kinds import DEBUG_KINDS, KINDS
+from resonate_project.edges.kinds import DEBUG_KINDS, PROTOCOL_KINDS
 
 DESCRIPTION = """\
 A Resonate durable-execution server.
@@ -38,7 +38,7 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
 
 def envelope_components() -> dict[str, Any]:
-    kinds = sorted(KINDS) + sorted(DEBUG_KINDS)
+    kinds = [*PROTOCOL_KINDS, *DEBUG_KINDS]
     return {
         "Envelope": {
             "type": "object",
