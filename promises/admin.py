@@ -45,14 +45,12 @@ from resonate_project.edges.admin.kit import (
     encoded_value,
     plural,
     pretty_json,
-    promise_state_html,
     request_now,
     seen_at,
     state_badge,
-    task_of,
     when,
 )
-from resonate_project.edges.admin.runs import function_html
+from resonate_project.edges.admin.runs import function_html, promise_state_html, task_of
 
 # --- promises ------------------------------------------------------------------------------------
 

@@ -37,11 +37,11 @@ from resonate_project.edges.admin.kit import (
     encoded_value,
     plural,
     pretty_json,
-    promise_state_html,
     request_now,
     seen_at,
     when,
 )
+from resonate_project.edges.admin.runs import promise_state_html
 from schedules.models import Schedule
 from schedules.services import (
     fire_now,

@@ -27,12 +27,12 @@ from resonate_project.edges.admin.kit import (
     cell,
     plural,
     pretty_json,
-    promise_state_html,
     request_now,
     seen_at,
     state_badge,
     when,
 )
+from resonate_project.edges.admin.runs import promise_state_html
 from tasks_app import jobs
 from tasks_app.backends import errors_of, status_of, status_q, trace
 from tasks_app.models import Job, Task, TaskState

@@ -29,13 +29,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from promises.models import Promise
 from resonate_project.core.addresses import is_push, parse_poll
 from resonate_project.core.clock import now_ms
 from resonate_project.core.errors import ProtocolError
 from resonate_project.core.present import decoded_bytes, iso, relative, span
-from resonate_project.core.protocol import projected_state
-from tasks_app.models import Task
 
 # The instant a page is rendered at, as a column on every row (admin display callables get only
 # the row; the ModelAdmin is shared between threads, so it cannot hold per-request state).
@@ -199,17 +196,6 @@ def changelist_url(model: type[Model], site: str | None = None, **query: str) ->
 def link(obj: Model, text: str | None = None, site: str | None = None) -> SafeString:
     label = text if text is not None else obj.pk
     return format_html('<a href="{}">{}</a>', change_url(obj, site), label)
-
-
-def promise_state_html(p: Promise, now: int) -> SafeString:
-    return state_badge(projected_state(p, now)[0])
-
-
-def task_of(p: Promise) -> Task | None:
-    try:
-        return p.task
-    except Task.DoesNotExist:
-        return None
 
 
 # --- target groups -----------------------------------------------------------------------------

@@ -26,10 +26,21 @@ from resonate_project.edges.admin.kit import (
     TREE_NODES,
     link,
     state_badge,
-    task_of,
     when,
 )
 from tasks_app.models import Task
+
+
+def promise_state_html(p: Promise, now: int) -> SafeString:
+    return state_badge(projected_state(p, now)[0])
+
+
+def task_of(p: Promise) -> Task | None:
+    try:
+        return p.task
+    except Task.DoesNotExist:
+        return None
+
 
 BAR_MIN_PERCENT = 0.4  # an instant call still shows as a sliver on the timeline
 
