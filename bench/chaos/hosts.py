@@ -282,6 +282,13 @@ class HostShape(Shape):
         return [f"http://{address(f'web{i + 1}')}:{WEB_PORT}" for i in range(len(self.webs))]
 
 
+def serve_argv(host: str, pg_only: bool) -> list[str]:
+    """A web host's ``serve``: with a broker, requests and streams only; PostgreSQL alone (no
+    broker in its environment), also the steps and push, as docs/how-to/production.md says."""
+    argv = [PYTHON, "manage.py", "serve", "--host", address(host), "--port", str(WEB_PORT)]
+    return argv if pg_only else [*argv, "--no-embedded"]
+
+
 class HostsCluster(Cluster):
     """:class:`bench.chaos.cluster.Cluster` with each part on its own host (network namespace).
 
@@ -350,8 +357,7 @@ class HostsCluster(Cluster):
         shape.ports = [WEB_PORT, WEB_PORT]
         for i in (1, 2):
             host = f"web{i}"
-            argv = [PYTHON, "manage.py", "serve", "--host", address(host), "--port", str(WEB_PORT)]
-            argv.append("--embedded" if self.pg_only else "--no-embedded")
+            argv = serve_argv(host, self.pg_only)
             web_env = self.host_env(env, host)
             shape.webs.append(Proc(host, [*self.net.exec(host), *argv], web_env, self.logdir))
             shape.hosts[host] = host

@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -33,10 +34,13 @@ if BENCH not in sys.path:
     sys.path.insert(0, BENCH)
 
 from chaos.cluster import Missing, sdk_python  # noqa: E402
-from chaos.hosts import IP, PREFIX, namespaces, require, sweep  # noqa: E402
+from chaos.hosts import IP, PREFIX, namespaces, require, serve_argv, sweep  # noqa: E402
+
+from tests.support.docs_blocks import block  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
+PRODUCTION = "docs/how-to/production.md"
 LIMIT_S = 240  # the round takes ~1.5 min on 2 quiet cores
 
 
@@ -118,3 +122,25 @@ def test_a_web_host_cut_off_and_a_clock_step_lose_nothing(tmp_path: Path) -> Non
     assert row["listeners"] > 0
     assert row["never_unblocked"] == 0
     assert took < LIMIT_S, f"the hosts run took {took:.0f}s"
+
+
+def test_make_chaos_hosts_pg_runs_postgresql_alone_as_the_production_guide_says() -> None:
+    """The guide's PostgreSQL-alone block sets no broker and starts ``serve`` on each host with
+    no more than its address: the processes ``make chaos-hosts-pg`` starts on its web hosts."""
+    lines = [shlex.split(line) for line in block(PRODUCTION, "production-postgresql-alone").lines()]
+    exported = {w.partition("=")[0] for words in lines if words[0] == "export" for w in words[1:]}
+    assert "DATABASE_URL" in exported
+    assert not {"CELERY_BROKER_URL", "RESONATE_NOTIFY_URL"} & exported
+    assert not any("celery" in words for words in lines)
+    [serve] = [words for words in lines if words[:3] == ["python", "manage.py", "serve"]]
+    assert _without_address(serve[1:]) == _without_address(serve_argv("web1", pg_only=True)[1:])
+    assert "--no-embedded" in serve_argv("web1", pg_only=False)
+
+
+def _without_address(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for word in argv:
+        if not skip and word not in {"--host", "--port"}:
+            out.append(word)
+        skip = word in {"--host", "--port"}
+    return out
