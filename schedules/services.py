@@ -159,4 +159,4 @@ def fire_now(*, id: str, now: int) -> tuple[PromiseRecord, bool]:
         s.last_run_at = now
         s.save(update_fields=["last_run_at"])
         p = Promise.objects.get(id=promise_id)
-        return cast(PromiseRecord, promise_record(p, now)), not existed
+        return promise_record(p, now), not existed

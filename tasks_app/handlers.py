@@ -21,6 +21,7 @@ from resonate_project.core.errors import (
 )
 from resonate_project.core.protocol import (
     PROTOCOL_VERSION,
+    PromiseRecord,
     Response,
     is_live,
     ok,
@@ -192,7 +193,7 @@ def check_fence_request(req: TaskFenceReq) -> None:
         )
 
 
-def fenced(req: TaskFenceReq, inner: Response, records: list[dict[str, Any]]) -> Response:
+def fenced(req: TaskFenceReq, inner: Response, records: list[PromiseRecord]) -> Response:
     """T-04's answer: the inner outcome wrapped as its own envelope, and the preload."""
     head = {
         "corrId": str(req.action.head.get("corrId", "")),

@@ -9,7 +9,7 @@ from django.db.models import Q, QuerySet
 
 from promises.models import Promise
 from resonate_project.core.conf import resonate_settings
-from resonate_project.core.protocol import PENDING, promise_record
+from resonate_project.core.protocol import PENDING, PromiseRecord, promise_record
 from resonate_project.core.protocol import TASK_STATES as TASK_STATES
 from resonate_project.engine import rows
 from tasks_app.models import Task, TaskState
@@ -31,7 +31,7 @@ def tasks(state: str | None = None, *, now: int) -> QuerySet[Task]:
     return qs
 
 
-def preload(p: Promise, now: int) -> list[dict[str, Any]]:
+def preload(p: Promise, now: int) -> list[PromiseRecord]:
     """Promises of the same ``resonate:branch`` as the task's promise, itself excluded, so the SDK
     can replay without fetching each one (as the reference server fills it)."""
     if p.branch is None:
@@ -52,11 +52,11 @@ def preload_statement(p: Promise, db: Any) -> tuple[str, list[Any]] | None:
     )
 
 
-def preload_records(found: list[Any], now: int, db: Any) -> list[dict[str, Any]]:
+def preload_records(found: list[Any], now: int, db: Any) -> list[PromiseRecord]:
     return [promise_record(row, now) for row in rows.build(Promise, found, db)]
 
 
-def suspend_preload(p: Promise, settled: list[Promise], now: int) -> list[dict[str, Any]]:
+def suspend_preload(p: Promise, settled: list[Promise], now: int) -> list[PromiseRecord]:
     """The branch preload plus the settled awaited promises, which the SDK re-runs with."""
     records = preload(p, now)
     seen = {r["id"] for r in records}

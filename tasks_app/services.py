@@ -157,6 +157,6 @@ def expire_lease(*, id: str, now: int) -> tuple[TaskRecord, PromiseRecord]:
         if promise_transitions.live_or_time_out(p, now, fx):
             task_transitions.make_pending(t, p, now, fx)
         return (
-            cast(TaskRecord, task_record(t, p, now)),
-            cast(PromiseRecord, promise_record(p, now)),
+            task_record(t, p, now),
+            promise_record(p, now),
         )

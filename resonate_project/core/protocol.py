@@ -126,8 +126,8 @@ def projected_state(p: Promise, now: int) -> tuple[str, int | None]:
     return p.state, p.settled_at
 
 
-def value_json(headers: dict[str, str] | None, data: str | None) -> dict[str, Any]:
-    value: dict[str, Any] = {}
+def value_json(headers: dict[str, str] | None, data: str | None) -> ValueRecord:
+    value: ValueRecord = {}
     if headers is not None:
         value["headers"] = headers
     if data is not None:
@@ -135,9 +135,9 @@ def value_json(headers: dict[str, str] | None, data: str | None) -> dict[str, An
     return value
 
 
-def promise_record(p: Promise, now: int) -> dict[str, Any]:
+def promise_record(p: Promise, now: int) -> PromiseRecord:
     state, settled_at = projected_state(p, now)
-    record: dict[str, Any] = {
+    record: PromiseRecord = {
         "id": p.id,
         "state": state,
         "param": value_json(p.param_headers, p.param_data),
@@ -158,11 +158,11 @@ def viewed_task_state(t: Task, p: Promise, now: int) -> str:
     return t.state
 
 
-def task_record(t: Task, p: Promise, now: int) -> dict[str, Any]:
+def task_record(t: Task, p: Promise, now: int) -> TaskRecord:
     state = viewed_task_state(t, p, now)
     if state == "fulfilled":
         return {"id": p.id, "state": "fulfilled", "version": t.version, "resumes": 0}
-    record: dict[str, Any] = {
+    record: TaskRecord = {
         "id": p.id,
         "state": state,
         "version": t.version,

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from resonate_project.core.protocol import value_json
+from resonate_project.core.protocol import ScheduleRecord, value_json
 
 if TYPE_CHECKING:
     from schedules.models import Schedule
 
 
-def schedule_record(s: Schedule) -> dict[str, Any]:
-    record: dict[str, Any] = {
+def schedule_record(s: Schedule) -> ScheduleRecord:
+    record: ScheduleRecord = {
         "id": s.id,
         "cron": s.cron,
         "promiseId": s.promise_id,

@@ -8,7 +8,7 @@ larger than that still comes back alone, so a client always makes progress.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
 from typing import Any
 
@@ -26,7 +26,7 @@ RESPONSE_RESERVE = 8 * 1024
 # what it returns, however large the rows are.
 FETCH_BATCH = 20
 
-Record = dict[str, Any]
+Record = Mapping[str, Any]  # a typed record (PromiseRecord, TaskRecord, ScheduleRecord)
 
 
 def fit(

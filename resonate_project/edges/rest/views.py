@@ -5,7 +5,7 @@ once per request, in ``initial``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db.models import QuerySet
@@ -90,7 +90,7 @@ class ResourceView(OwnSettings, GenericAPIView):
         """Only ids a prefix-limited credential may see (``engine.scope``, as through POST /)."""
         return scope.visible(super().get_queryset(), self.id_field, principal_of(self.request))
 
-    def page(self, record: Callable[[Any], dict[str, Any]]) -> Response:
+    def page(self, record: Callable[[Any], Mapping[str, Any]]) -> Response:
         rows = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         assert rows is not None  # pagination is always on
         assert isinstance(self.paginator, IdCursorPagination)
