@@ -43,7 +43,7 @@ browser:
 		  { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; }; } ; } || \
 		echo "Chromium unavailable: the browser test will fail under CI=true, skip otherwise"
 
-# Debian's PgBouncer for the pooler tests (tests/integration/test_pooler.py, make chaos-pooler):
+# Debian's PgBouncer for the pooler tests (tests/system/test_pooler.py, make chaos-pooler):
 # they run their own pgbouncer process on a free loopback port. The package enables a system
 # service when it installs; a fresh install here disables it again (nothing else runs it).
 pgbouncer:
@@ -69,7 +69,7 @@ docs: setup
 
 # Every pytest run ends with its slowest tests.
 SLOWEST := --durations=15 --durations-min=1.0
-UNIT := tests --ignore=tests/integration --ignore=tests/e2e --ignore=tests/embedding/test_install.py
+UNIT := tests --ignore=tests/system --ignore=tests/e2e --ignore=tests/embedding/test_install.py
 # tests/embedding's host site runs on its own SQLite database, and tests/docs/test_docs_commands.py
 # runs the guides' command lines on SQLite files of its own: once each, in the SQLite run.
 UNIT_PG := $(UNIT) --ignore=tests/embedding/test_host_site.py \
@@ -93,11 +93,11 @@ d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_ti
 
 # Real processes (uvicorn, Celery worker and beat) and the official SDKs, once, against
 # PostgreSQL and Redis (and the embedded server on SQLite); with the short chaos run
-# (tests/integration/test_chaos_short.py: its own PostgreSQL cluster and Redis server, ~1.5 min)
-# and the short round on several test hosts (tests/integration/test_hosts.py: network namespaces
+# (tests/system/test_chaos_short.py: its own PostgreSQL cluster and Redis server, ~1.5 min)
+# and the short round on several test hosts (tests/system/test_hosts.py: network namespaces
 # of its own, needs root and ip; skipped without them unless CI=true, ~1.5 min).
 test-system: setup services pgbouncer
-	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(SLOWEST) tests/integration tests/e2e
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(SLOWEST) tests/system tests/e2e
 
 test: lint typecheck docs test-sqlite test-postgres test-system test-install
 

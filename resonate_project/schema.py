@@ -2,7 +2,7 @@
 (docs/how-to/upgrading.md).
 
 Upgrades run the new release's migrations while the previous release still serves, so every
-migration must leave a schema that release can use (``tests/integration/test_upgrade.py``) and
+migration must leave a schema that release can use (``tests/system/test_upgrade.py``) and
 must not hold a lock that stops its writes for long
 (``tests/release/test_migrations_online.py`` lints every migration since the previous release).
 On PostgreSQL an index on a table that may be large is therefore built ``CONCURRENTLY``, outside

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 # The in-process suite runs inside pytest-django's transaction on the main thread, so POST /
-# must run its handler there too (real servers use a thread pool; tests/integration covers it).
+# must run its handler there too (real servers use a thread pool; tests/system covers it).
 os.environ["RESONATE_WEB_THREADS"] = "0"
 # Static files (resonate_project/static.py): the `manage.py serve` processes the suite starts
 # collect into a directory of this run, not the checkout's var/static.

@@ -3,7 +3,7 @@ host (bench/chaos/hosts.py), each checked as ``make chaos`` is (bench/chaos/chec
 
     .venv/bin/python -m bench.chaos.hosts_run            # make chaos-hosts: the Celery shape
     .venv/bin/python -m bench.chaos.hosts_run --pg-only  # make chaos-hosts-pg: no Redis, no Celery
-    .venv/bin/python -m bench.chaos.hosts_run --short    # tests/integration/test_hosts.py
+    .venv/bin/python -m bench.chaos.hosts_run --short    # tests/system/test_hosts.py
 
 Faults across hosts: ``web-cut`` (web1's link down: cut off from the database, the SDK host on it
 and the clients), ``worker-partition`` (the worker host's link down while the outbox drains),
@@ -52,7 +52,7 @@ PG_ONLY = (
     Scenario("pg-only-web-cut", ("web-cut", "web-cut"), 40),
     Scenario("pg-only-clock-step", ("clock-step-web",), 35),
 )
-# tests/integration/test_hosts.py: one round, a web host cut off and the worker host's clock
+# tests/system/test_hosts.py: one round, a web host cut off and the worker host's clock
 # stepped, ~1.5 min.
 SHORT = (Scenario("hosts-short", ("web-cut", "clock-step"), 40, 1.0, 0.5),)
 

@@ -6,7 +6,7 @@ every server process (web, Celery worker and beat, ``migrate`` and ``credentials
 through it with ``DATABASE_POOLER=transaction``. The checker reads the cluster directly.
 
     .venv/bin/python -m bench.chaos.pooler            # make chaos-pooler: two rounds, ~3 min
-    .venv/bin/python -m bench.chaos.pooler --short    # one round (tests/integration/test_pooler.py)
+    .venv/bin/python -m bench.chaos.pooler --short    # one round (tests/system/test_pooler.py)
 
 Exits 1 when a check fails, 2 when something it needs is missing.
 """

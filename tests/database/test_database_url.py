@@ -1,6 +1,6 @@
 """``DATABASE_URL`` as the server reads it (resonate_project.postgresql.url): libpq's multi-host
 form, which a failover needs, and ``DATABASE_POOLER=transaction`` behind PgBouncer. The
-connections themselves are exercised in tests/integration/test_pooler.py and by
+connections themselves are exercised in tests/system/test_pooler.py and by
 ``make chaos-failover``."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Django's Tasks framework on durable promises, through Django's own API (``@task``,
 ``.enqueue``, ``.get_result``, ``TaskResult.refresh``), with the worker's claim-and-run step in
-this process. Real worker processes are in tests/integration/test_django_tasks_worker.py."""
+this process. Real worker processes are in tests/system/test_django_tasks_worker.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every test runs against both shapes of the server, one at a time (a session-scoped parameter):
 ``embedded`` (``manage.py serve`` alone, SQLite) and ``production`` (PostgreSQL, Redis,
 ``manage.py serve --no-embedded``, a Celery worker and Celery beat). The processes are started
-with ``tests.integration.harness``. The SDK toolchains are set up under ``.e2e/`` by ``tools``;
+with ``tests.system.harness``. The SDK toolchains are set up under ``.e2e/`` by ``tools``;
 when one cannot be had the tests that need it are skipped with the reason, except under
 ``CI=true``, where that fails them.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.integration.harness import (
+from tests.system.harness import (
     PG_URL,
     REDIS_URL,
     TIMINGS,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.integration.harness import Proc, Stack, spawn
+from tests.system.harness import Proc, Stack, spawn
 
 from .tools import NodeSdk, PythonSdk, env_for_programs
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import (
+from tests.system.harness import (
     FAR,
     PG_DIRECT_URL,
     PG_URL,

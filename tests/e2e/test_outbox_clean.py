@@ -25,7 +25,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.harness import (
+from tests.system.harness import (
     Proc,
     Stack,
     spawn,

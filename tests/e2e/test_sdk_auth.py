@@ -15,7 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.integration.harness import PYTHON, ROOT, Outbox, Stack, free_port, migrate
+from tests.system.harness import PYTHON, ROOT, Outbox, Stack, free_port, migrate
 
 from .conftest import _server_env
 from .sdk import Programs, decode, unique

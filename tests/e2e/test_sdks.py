@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.harness import Proc
+from tests.system.harness import Proc
 
 from .sdk import (
     Programs,

@@ -4,7 +4,7 @@ stay leased until their stream outlived ``SSE_ACK_GRACE_MS``, and the access che
 
 A hub is driven by hand: no hub thread (``autostart=False``), a clock the test moves, and an event
 loop that runs only between database calls (``run_once`` is synchronous, as on its thread).
-tests/integration/test_sse_security.py covers the same against a real server.
+tests/system/test_sse_security.py covers the same against a real server.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The previous release: the code an upgrade runs beside while the new migrations apply
-(tests/integration/test_upgrade.py serves it on the newest schema;
+(tests/system/test_upgrade.py serves it on the newest schema;
 tests/release/test_migrations_online.py lints every migration added since it). Bump it when a
 release is cut (CHANGELOG.md)."""
 

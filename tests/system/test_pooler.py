@@ -4,7 +4,7 @@ Every server process (two web, two Celery workers, beat, ``migrate``) connects t
 PgBouncer of the test's own (``pool_mode = transaction``, 20 server connections) with
 ``DATABASE_POOLER=transaction``, in front of a private PostgreSQL cluster; under the SDK load
 PostgreSQL restarts and a Celery worker is SIGKILLed. Afterwards the checker's guarantees hold as
-in ``make chaos`` (tests/integration/test_chaos_short.py): every workflow completed with its
+in ``make chaos`` (tests/system/test_chaos_short.py): every workflow completed with its
 result, no acknowledged write lost, no task with two holders, every unblock heard, the outbox
 empty, no 500s. And the work went through the pooler: PostgreSQL saw PgBouncer's connections,
 not one per client."""

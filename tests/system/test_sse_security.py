@@ -112,7 +112,7 @@ def test_a_worker_killed_with_its_unblock_unread_gets_it_on_reconnect(
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if stack.token:
         env["SSE_WORKER_TOKEN"] = stack.token
-    argv = [PYTHON, "-m", "tests.integration.sse_worker", stack.base_url, group, "w1", awaited]
+    argv = [PYTHON, "-m", "tests.system.sse_worker", stack.base_url, group, "w1", awaited]
     with out.open("wb") as sink:
         worker = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT)
     try:

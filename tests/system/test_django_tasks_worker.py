@@ -91,7 +91,7 @@ class Driver:
     def __init__(self, db: Database) -> None:
         self.log = (db.logdir / f"driver-{unique('d')}.log").open("wb")
         self.popen = subprocess.Popen(
-            [PYTHON, "-m", "tests.integration.tasks_driver"],
+            [PYTHON, "-m", "tests.system.tasks_driver"],
             cwd=ROOT,
             env=db.env,
             stdin=subprocess.PIPE,

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import (
+from tests.support.release import PREVIOUS, git_at_previous
+from tests.system.harness import (
     FAR,
     PG_DIRECT_URL,
     PYTHON,
@@ -28,7 +29,6 @@ from tests.integration.harness import (
     spawn,
     unique,
 )
-from tests.support.release import PREVIOUS, git_at_previous
 
 from .conftest import require_services
 

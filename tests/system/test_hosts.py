@@ -4,7 +4,7 @@ Each part runs on a host of its own, a network namespace the run creates: two we
 host (Celery worker and beat), two SDK hosts, a database host, a Redis host, the load on a client
 host. Under the SDK load web1 is cut off from every other host for 10 s (its link down), then the
 worker host's clock is stepped +2 s and -2 s. Afterwards the checker's guarantees hold as in
-``make chaos`` (tests/integration/test_chaos_short.py): every workflow completed with its result,
+``make chaos`` (tests/system/test_chaos_short.py): every workflow completed with its result,
 no acknowledged write lost, no task with two holders, every unblock heard, the outbox empty, no
 500s; and full service came back after each fault. When the run ends, also when it fails or is
 killed, none of its hosts and none of its processes is left.

@@ -1,5 +1,5 @@
 """A worker for the SSE tests, run as its own process so a test can freeze (SIGSTOP) and kill
-(SIGKILL) it: ``python -m tests.integration.sse_worker BASE_URL GROUP ID AWAITED``.
+(SIGKILL) it: ``python -m tests.system.sse_worker BASE_URL GROUP ID AWAITED``.
 
 It opens ``GET BASE_URL/poll/GROUP/ID``, registers ``poll://uni@GROUP/ID`` as a listener on the
 promise ``AWAITED`` (as an SDK does), prints ``registered <status>``, then prints every ``data:``
