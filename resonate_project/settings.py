@@ -171,7 +171,18 @@ CELERY_TIMEZONE = "UTC"
 # lost with a dying worker costs one interval. Without Redis ack emulation kombu has no unacked
 # hash to restore when the connection drops; with it, a Redis restart could make kombu's restore
 # raise and the worker exit for good (docs/explanation/reliability.md, finding 5).
-CELERY_BROKER_TRANSPORT_OPTIONS = {"ack_emulation": False}
+# socket timeouts: without them a Redis host cut off by the network (not a refused connection)
+# hangs the web process's next publish (resonate.drain after a commit) until the link returns,
+# and every request of that process waits behind it (docs/explanation/reliability.md, several
+# hosts). 2 s is above the worker's 1 s BRPOP. A drain or a planned tick that cannot be sent is
+# not retried: the next tick does its work (engine/wake.py).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "ack_emulation": False,
+    "socket_timeout": 2,
+    "socket_connect_timeout": 2,
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY = False
 # Installs the metronome (resonate.tick, resonate.drain) as PeriodicTask rows; see
 # resonate_project/runtime/beat.py.
 CELERY_BEAT_SCHEDULER = "resonate_project.runtime.beat:MetronomeScheduler"

@@ -127,6 +127,58 @@ def celery_app() -> Any:
     return import_string(path) if path else current_app
 
 
+class Breaker:
+    """Whether to try a Redis host now. After a failure, nothing is sent for ``backoff_s``
+    (doubling up to ``max_s`` while it keeps failing); then one caller at a time tries again.
+    A host cut off by the network costs its socket timeout once per back-off, not once per
+    request: every wake-up and drain it skips is covered by the 1 s poll and the next tick."""
+
+    def __init__(self, backoff_s: float = 1.0, max_s: float = 8.0) -> None:
+        self.first, self.max = backoff_s, max_s
+        self.backoff = backoff_s
+        self.closed_at = 0.0  # monotonic: when sending may be tried again
+        self.trying = False
+        self.lock = threading.Lock()
+
+    def allow(self) -> bool:
+        with self.lock:
+            if self.closed_at == 0.0:
+                return True
+            if self.trying or time.monotonic() < self.closed_at:
+                return False
+            self.trying = True  # this caller's attempt decides
+            return True
+
+    def succeeded(self) -> None:
+        with self.lock:
+            self.closed_at, self.trying, self.backoff = 0.0, False, self.first
+
+    def failed(self) -> None:
+        with self.lock:
+            self.closed_at = time.monotonic() + self.backoff
+            self.backoff = min(self.backoff * 2, self.max)
+            self.trying = False
+
+
+_notify_breaker = Breaker()  # the wake-up channel and the tick plan (NOTIFY_URL)
+_broker_breaker = Breaker()  # Celery's broker (resonate.drain, resonate.tick)
+
+
+def _guarded(breaker: Breaker, what: str, send: Callable[[], Any]) -> Any:
+    """``send()`` unless ``breaker`` says the host is down; None when skipped or failed."""
+    if not breaker.allow():
+        log.debug("%s skipped: the host failed recently", what)
+        return None
+    try:
+        result = send()
+    except Exception as exc:  # a lost wake-up costs latency, never a message
+        breaker.failed()
+        log.warning("%s failed: %s", what, exc)
+        return None
+    breaker.succeeded()
+    return result
+
+
 @cache
 def _publisher() -> Any:
     import redis
@@ -138,16 +190,17 @@ def kick(push: bool) -> None:
     for callback in list(_subscribers):
         callback(push)
     if redis_url():
-        try:
-            _publisher().publish(channel(), b"p" if push else b"s")
-        except Exception as exc:  # a lost wake-up costs latency, never a message
-            log.warning("wake-up publish failed: %s", exc)
+        message = b"p" if push else b"s"
+        _guarded(
+            _notify_breaker, "wake-up publish", lambda: _publisher().publish(channel(), message)
+        )
     if push and celery_enabled():
-        try:
-            # By name: the task lives in the layer above (outbox.tasks, a shared_task).
-            celery_app().send_task(DRAIN_TASK, expires=60)
-        except Exception as exc:
-            log.warning("could not queue resonate.drain: %s", exc)
+        # By name: the task lives in the layer above (outbox.tasks, a shared_task).
+        _guarded(
+            _broker_breaker,
+            "queueing resonate.drain",
+            lambda: celery_app().send_task(DRAIN_TASK, expires=60),
+        )
 
 
 def deadline_kick(at: int, now: int) -> None:
@@ -200,26 +253,32 @@ def plan_tick(at: int, now: int) -> None:
     beat's ticks remain the safety net. ``now``: the caller's clock reading."""
     if at >= now + resonate_settings().TICK_INTERVAL_MS:
         return
-    try:
-        if not _claim_plan(at, now):
-            return
-        # Sent a little early: the worker's timer and its hand-off to a pool process take a few
-        # ms, and the task waits out what is left of them
-        # (resonate_project.runtime.ticker.celery_tick).
-        eta = datetime.datetime.fromtimestamp((at - PLAN_LEAD_MS) / 1000, datetime.UTC)
-        expires = eta + datetime.timedelta(milliseconds=resonate_settings().TICK_INTERVAL_MS)
-        celery_app().send_task(TICK_TASK, kwargs={"at": at}, eta=eta, expires=expires)
-    except Exception as exc:  # the next beat tick does the work, a tick late
-        log.warning("could not plan resonate.tick: %s", exc)
+    if redis_url():
+        claimed = _guarded(_notify_breaker, "planning resonate.tick", lambda: _claim_plan(at, now))
+    else:
+        claimed = _claim_plan(at, now)
+    if not claimed:
+        return  # planned already, or Redis is unreachable: the next beat tick does the work
+    # Sent a little early: the worker's timer and its hand-off to a pool process take a few
+    # ms, and the task waits out what is left of them
+    # (resonate_project.runtime.ticker.celery_tick).
+    eta = datetime.datetime.fromtimestamp((at - PLAN_LEAD_MS) / 1000, datetime.UTC)
+    expires = eta + datetime.timedelta(milliseconds=resonate_settings().TICK_INTERVAL_MS)
+    _guarded(
+        _broker_breaker,
+        "queueing resonate.tick",
+        lambda: celery_app().send_task(TICK_TASK, kwargs={"at": at}, eta=eta, expires=expires),
+    )
 
 
 def tick_started(now: int) -> None:
     """A tick runs at ``now``: every tick planned for ``now`` or before is spent."""
     if redis_url():
-        try:
-            _publisher().eval(_CONSUME, 1, plan_key(), now)
-        except Exception as exc:
-            log.warning("could not update the planned tick: %s", exc)
+        _guarded(
+            _notify_breaker,
+            "updating the planned tick",
+            lambda: _publisher().eval(_CONSUME, 1, plan_key(), now),
+        )
         return
     with _planned_lock:
         if _planned_here and _planned_here[0] <= now:
