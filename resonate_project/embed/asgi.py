@@ -25,6 +25,10 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asgiref.sync import SyncToAsync
+from django.core.signals import request_finished
+from django.db import connections
+from django.dispatch import receiver
 from django.urls import NoReverseMatch, reverse
 
 from resonate_project.access.gate import request_refusal
@@ -129,6 +133,23 @@ async def bounded(app: ASGIApp, scope: dict[str, Any], receive: Any, send: Any) 
         return message
 
     await app(scope, counted, send)
+
+
+@receiver(request_finished, dispatch_uid="resonate.close_request_thread_connections")
+def close_request_thread_connections(**_: Any) -> None:
+    """Close the connections of an ASGI request's own thread as the request finishes.
+
+    Django's ASGI handler runs each sync view (the resource API, the admin, ``/ready``) in a
+    thread of that request's own (asgiref's ``ThreadSensitiveContext``): a connection kept for
+    ``CONN_MAX_AGE`` there is never used again and stays open, one per request, until PostgreSQL
+    runs out of connections (tests/system/test_asgi_connections.py). Outside such a thread (WSGI,
+    the sync test client, the protocol's own threads) this does nothing; a connection shared
+    between threads or inside a transaction is left alone."""
+    if SyncToAsync.thread_sensitive_context.get(None) is None:
+        return
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block and not conn.allow_thread_sharing:
+            conn.close()
 
 
 class Resonate:
