@@ -38,12 +38,10 @@ import psycopg
 
 from .check import Fault
 from .cluster import PG_BIN, Cluster, Missing, Postgres, free_port, log, sdk_python, wait_for
-from .run import RECOVERY_LIMIT, Outcome, Run, Scenario, execute
+from .run import RECOVERY_LIMIT, REPORT, Outcome, Run, Scenario, execute, write_between
 
 ROOT = Path(__file__).resolve().parents[2]
-REPORT = ROOT / "docs" / "explanation" / "reliability.md"
 RESULTS = ROOT / "bench" / "results" / "failover.json"
-TABLE_START, TABLE_END = "<!-- failover:table -->", "<!-- /failover:table -->"
 
 STALL_S = 2.0  # replication held back before the kill
 DETECT_S = 1.0  # from the kill to ``pg_ctl promote``: a failover manager's detection time
@@ -306,12 +304,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def write_report(rows: list[dict[str, Any]]) -> None:
-    text = REPORT.read_text()
-    if TABLE_START not in text:
-        raise RuntimeError(f"{REPORT} has no {TABLE_START} marker")
-    before, _, rest = text.partition(TABLE_START)
-    _, _, after = rest.partition(TABLE_END)
-    REPORT.write_text(f"{before}{TABLE_START}\n{table(rows)}{TABLE_END}{after}")
+    write_between("failover", table(rows))
 
 
 def main(argv: list[str] | None = None) -> int:

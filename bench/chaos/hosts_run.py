@@ -31,12 +31,9 @@ from .check import Figures, sdk_500s, server_500s
 from .cluster import Missing, log, sdk_python
 from .hosts import ADDRESSES, HostsCluster, Network, address, require
 from .load import Driver
-from .run import Outcome, Run, Scenario
+from .run import REPORT, Outcome, Run, Scenario, write_between
 
 ROOT = Path(__file__).resolve().parents[2]
-REPORT = ROOT / "docs" / "explanation" / "reliability.md"
-TABLE = ("<!-- hosts:table -->", "<!-- /hosts:table -->")
-PG_TABLE = ("<!-- hosts-pg:table -->", "<!-- /hosts-pg:table -->")
 CUT_S = 10.0
 CLOCK_HOLD_S = 8.0
 
@@ -220,14 +217,8 @@ def table(result: dict[str, Any]) -> str:
     return head + "\n".join(rows) + "\n" + tail
 
 
-def write_report(result: dict[str, Any], markers: tuple[str, str]) -> None:
-    start, end = markers
-    text = REPORT.read_text()
-    if start not in text:
-        raise RuntimeError(f"{REPORT} has no {start} marker")
-    before, _, rest = text.partition(start)
-    _, _, after = rest.partition(end)
-    REPORT.write_text(f"{before}{start}\n{table(result)}{end}{after}")
+def write_report(result: dict[str, Any], name: str) -> None:
+    write_between(name, table(result))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     if not args.short and not args.no_report:
-        write_report(result, PG_TABLE if args.pg_only else TABLE)
+        write_report(result, "hosts-pg" if args.pg_only else "hosts")
         log(f"wrote {REPORT.relative_to(ROOT)}")
     return 0 if outcome.ok() else 1
 

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from .cluster import Cluster, Missing, Proc, _as_postgres, free_port, log, sdk_python, wait_for
-from .run import Scenario, execute, table
+from .run import REPORT, ROOT, Scenario, execute, table, write_between
 
 # Server connections PgBouncer keeps per database and user: far fewer than the clients (two web
 # processes' threads and loop connections, two Celery workers, beat), which is the point.
@@ -158,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     log("\n" + table(result))
     for problem in result["problems"]:
         log(f"PROBLEM {problem}")
+    if not args.short:
+        write_between("pooler", table(result))
+        log(f"wrote {REPORT.relative_to(ROOT)}")
     return 0 if outcome.ok() else 1
 
 

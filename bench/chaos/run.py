@@ -28,7 +28,6 @@ from .load import Driver
 ROOT = Path(__file__).resolve().parents[2]
 REPORT = ROOT / "docs" / "explanation" / "reliability.md"
 RESULTS = ROOT / "bench" / "results" / "chaos.json"
-TABLE_START, TABLE_END = "<!-- chaos:table -->", "<!-- /chaos:table -->"
 
 RECOVERY_LIMIT = 90.0  # seconds the canary may take to succeed after a fault ends
 SETTLE_LIMIT = 150.0  # seconds the system gets to finish a scenario's work after its load stops
@@ -346,11 +345,20 @@ def table(result: dict[str, Any]) -> str:
     return head + "\n".join(rows) + "\n" + tail
 
 
+def write_between(name: str, body: str) -> None:
+    """Put ``body`` between reliability.md's ``<!-- NAME:table -->`` markers (every chaos run's
+    table lives there: chaos, failover, hosts, hosts-pg, pooler)."""
+    start, end = f"<!-- {name}:table -->", f"<!-- /{name}:table -->"
+    text = REPORT.read_text()
+    if start not in text:
+        raise RuntimeError(f"{REPORT} has no {start} marker")
+    before, _, rest = text.partition(start)
+    _, _, after = rest.partition(end)
+    REPORT.write_text(f"{before}{start}\n{body}{end}{after}")
+
+
 def write_report(result: dict[str, Any]) -> None:
-    text = REPORT.read_text() if REPORT.exists() else f"{TABLE_START}\n{TABLE_END}\n"
-    before, _, rest = text.partition(TABLE_START)
-    _, _, after = rest.partition(TABLE_END)
-    REPORT.write_text(f"{before}{TABLE_START}\n{table(result)}{TABLE_END}{after}")
+    write_between("chaos", table(result))
 
 
 def main(argv: list[str] | None = None) -> int:
