@@ -153,23 +153,33 @@ class Postgres:
             shutil.chown(self.data, "postgres", "postgres")
         self._run([str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres"])
 
-    def _run(self, argv: list[str], timeout: float = 120) -> None:
+    def _run(self, argv: list[str], timeout: float = 120, within: list[str] | None = None) -> None:
         done = subprocess.run(
-            _as_postgres(argv), capture_output=True, text=True, timeout=timeout, check=False
+            [*(within or []), *_as_postgres(argv)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}")
 
+    host = "127.0.0.1"  # the address it listens on
+
+    def within(self) -> list[str]:
+        """The command prefix that runs ``pg_ctl start`` where the cluster lives (its host)."""
+        return []
+
     def url(self, db: str = "postgres") -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{db}"
+        return f"postgresql://postgres@{self.host}:{self.port}/{db}"
 
     def start(self) -> None:
         options = (
-            f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 "
+            f"-p {self.port} -k {self.data} -c listen_addresses={self.host} "
             "-c max_connections=200 -c shared_buffers=64MB"
         )
         argv = [str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.data / "log")]
-        self._run([*argv, "-w", "-t", "60", "-o", options, "start"])
+        self._run([*argv, "-w", "-t", "60", "-o", options, "start"], within=self.within())
 
     def stop(self, mode: str = "fast") -> None:
         self._run([str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-w", "-m", mode, "stop"])

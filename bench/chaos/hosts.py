@@ -227,23 +227,8 @@ class HostPostgres(Postgres):
         with (self.data / "pg_hba.conf").open("a") as hba:
             hba.write(f"host all all {SUBNET}.0/24 trust\n")
 
-    def url(self, db: str = "postgres") -> str:
-        return f"postgresql://postgres@{self.host}:{self.port}/{db}"
-
-    def start(self) -> None:
-        options = (
-            f"-p {self.port} -k {self.data} -c listen_addresses={self.host} "
-            "-c max_connections=200 -c shared_buffers=64MB"
-        )
-        argv = [str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.data / "log")]
-        argv = [*argv, "-w", "-t", "60", "-o", options, "start"]
-        if os.geteuid() == 0:
-            argv = ["runuser", "-u", "postgres", "--", *argv]
-        done = subprocess.run(
-            [*self.net.exec("db"), *argv], capture_output=True, text=True, timeout=120, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"pg_ctl start failed:\n{done.stdout}\n{done.stderr}")
+    def within(self) -> list[str]:
+        return self.net.exec("db")
 
 
 class HostRedis(Redis):

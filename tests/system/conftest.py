@@ -121,3 +121,10 @@ def receiver() -> Iterator[Receiver]:
         yield r
     finally:
         r.close()
+
+
+def unavailable(run: str, reason: str) -> None:
+    """A round's real dependency is missing: skip with the reason, or fail under ``CI=true``."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true and the {run} run cannot start: {reason}", pytrace=False)
+    pytest.skip(reason)

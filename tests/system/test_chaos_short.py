@@ -9,7 +9,6 @@ no client or SDK worker saw a 500, and nothing but the killed worker needed a re
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import sys
@@ -26,13 +25,13 @@ if BENCH not in sys.path:
 from chaos.cluster import PG_BIN, Missing, sdk_python  # noqa: E402
 from chaos.run import SHORT, execute  # noqa: E402
 
+from .conftest import unavailable  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and the chaos run cannot start: {reason}", pytrace=False)
-    pytest.skip(reason)
+    unavailable("chaos", reason)
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,8 @@ from chaos.hosts import IP, PREFIX, namespaces, require, serve_argv, sweep  # no
 
 from tests.support.docs_blocks import block  # noqa: E402
 
+from .conftest import unavailable  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 PRODUCTION = "docs/how-to/production.md"
@@ -45,9 +47,7 @@ LIMIT_S = 240  # the round takes ~1.5 min on 2 quiet cores
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and the hosts run cannot start: {reason}", pytrace=False)
-    pytest.skip(reason)
+    unavailable("hosts", reason)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ not one per client."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import sys
@@ -28,13 +27,13 @@ from chaos.cluster import PG_BIN, Missing, sdk_python  # noqa: E402
 from chaos.pooler import POOL_SIZE, SHORT, PoolerCluster, pgbouncer_binary  # noqa: E402
 from chaos.run import execute  # noqa: E402
 
+from .conftest import unavailable  # noqa: E402
+
 pytestmark = pytest.mark.integration
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and the pooler run cannot start: {reason}", pytrace=False)
-    pytest.skip(reason)
+    unavailable("pooler", reason)
 
 
 @pytest.fixture(scope="module")
