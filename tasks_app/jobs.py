@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db import connection, transaction
 
 from promises import services as promises
 from promises.models import Promise
@@ -26,7 +27,12 @@ from resonate_project.core.addresses import database_target
 from resonate_project.core.errors import NotFound, ProtocolError
 from resonate_project.core.protocol import PENDING, is_live, projected_state, viewed_task_state
 from resonate_project.core.tags import DELAY, TARGET
+from resonate_project.core.wire.promises import Value, later
+from resonate_project.engine import rows, task_transitions, wake
+from resonate_project.engine.promise_transitions import settle
+from resonate_project.engine.uow import unit_of_work
 from tasks_app import services as tasks
+from tasks_app.handlers import check_fence
 from tasks_app.models import Job, Task, TaskState
 
 # The tag naming the function, so promise.search (and the SDKs, the CLI) can find these calls.
@@ -161,31 +167,121 @@ def job_claim(
     """Acquire up to ``limit`` due jobs of these queues for worker ``pid`` (lease ``ttl`` ms),
     highest priority first, then oldest due.
 
-    The job rows are claimed ``FOR UPDATE SKIP LOCKED`` and held while each task is acquired, in
-    one transaction, so concurrent workers never pick the same rows (on SQLite the IMMEDIATE
-    transaction serialises claims). The claim walks only unfinished jobs (a partial index in
-    claim order) and skips those whose task is held under a live lease or halted. A task whose
-    lease has lapsed is taken back first (R5, via ``expire_lease``) and its unreported attempt
-    recorded as a ``WorkerLost`` error; a job whose attempts are spent that way is failed
-    instead of run. A job whose promise was settled elsewhere (its deadline, ``promise.settle``)
-    is marked finished when first met.
+    One statement picks the jobs with their tasks and promises, ``FOR UPDATE OF`` all three
+    ``SKIP LOCKED`` (on SQLite the IMMEDIATE transaction serialises claims), so concurrent
+    workers never pick the same rows and the claim never waits on a lock. It walks only
+    unfinished jobs (a partial index in claim order) and passes over those whose task is held
+    under a live lease or halted, testing each joined task row rather than anti-joining the whole
+    task table. The jobs that are plainly ready (task pending, promise live, no attempt in
+    progress) are acquired together: one ``UPDATE`` of their tasks (T-03's transition: version up
+    by one, the lease) and one of their jobs. The rest take the one-by-one path
+    (:func:`_start`): a task whose lease has lapsed is taken back first (R5, via
+    ``expire_lease``) and its unreported attempt recorded as a ``WorkerLost`` error; a job whose
+    attempts are spent that way is failed instead of run; a job whose promise was settled
+    elsewhere (its deadline, ``promise.settle``) is marked finished when first met.
     """
-    busy = Task.objects.filter(pk=OuterRef("pk")).filter(
-        Q(state=TaskState.ACQUIRED, expires_at__gt=now) | Q(state=TaskState.HALTED)
-    )
     claimed = []
     with transaction.atomic():
-        rows = list(
-            Job.objects.select_for_update(skip_locked=True)
-            .filter(finished=False, backend=backend, queue__in=queues, due_at__lte=now)
-            .exclude(Exists(busy))
-            .order_by("-priority", "due_at", "task_id")[:limit]
-        )
-        for job in rows:
+        ready, others = [], []
+        for job, task_state, version, promise_live, param in _pick(backend, queues, now, limit):
+            plain = job.running is None and len(job.errors) < job.max_attempts
+            if plain and task_state == TaskState.PENDING and promise_live:
+                ready.append((job, version, param))
+            else:
+                others.append(job)
+        if ready:
+            claimed.extend(_acquire_ready(ready, pid, ttl, now))
+        for job in others:
             view = _start(job, pid, ttl, now)
             if view is not None:
                 claimed.append(view)
     return claimed
+
+
+@cache
+def _pick_sql(vendor: str, queues: int) -> str:
+    quote = connection.ops.quote_name
+    job_columns = ", ".join(f"j.{quote(str(f.column))}" for f in Job._meta.concrete_fields)
+    lock = " FOR UPDATE OF j, t, p SKIP LOCKED" if vendor == "postgresql" else ""
+    marks = ", ".join(["%s"] * queues)
+    return (
+        f"SELECT {job_columns}, t.state, t.version, "
+        "p.state = 'pending' AND p.timeout_at > %s, p.param_data "
+        f"FROM {quote(Job._meta.db_table)} j "
+        f"JOIN {quote(Task._meta.db_table)} t ON t.id = j.id "
+        f"JOIN {quote(Promise._meta.db_table)} p ON p.id = j.id "
+        f"WHERE NOT j.finished AND j.backend = %s AND j.queue IN ({marks}) AND j.due_at <= %s "
+        "AND t.state <> 'halted' AND NOT (t.state = 'acquired' AND t.expires_at > %s) "
+        f"ORDER BY j.priority DESC, j.due_at, j.id LIMIT %s{lock}"
+    )
+
+
+def _pick(
+    backend: str, queues: list[str], now: int, limit: int
+) -> list[tuple[Job, str, int, bool, str | None]]:
+    """The claim's one statement: due, unfinished jobs whose task is not busy, locked with their
+    task and promise rows; each with its task's state and version, whether its promise is live,
+    and the call (the promise's param)."""
+    sql = _pick_sql(connection.vendor, len(queues))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, backend, *queues, now, now, limit])
+        found = cursor.fetchall()
+    width = len(Job._meta.concrete_fields)
+    jobs = rows.build(Job, [row[:width] for row in found])
+    return [
+        (job, row[width], row[width + 1], bool(row[width + 2]), row[width + 3])
+        for job, row in zip(jobs, found, strict=True)
+    ]
+
+
+def _acquire_ready(
+    ready: list[tuple[Job, int, str | None]], pid: str, ttl: int, now: int
+) -> list[JobView]:
+    """T-03 for jobs whose pending task and live promise the claim holds locked: their tasks
+    acquired by ``pid`` in one statement (each version up by one), their jobs marked running in
+    a second; both go in one round trip on PostgreSQL."""
+    ids = [job.task_id for job, _, _ in ready]
+    expires_at = later(now, ttl)
+    rows.each([_acquire_statement(ids, pid, ttl, expires_at), _running_statement(ids, pid, now)])
+    wake.deadline(expires_at, now)
+    views = []
+    for job, version, param in ready:
+        job.running = version + 1
+        job.worker_ids = [*job.worker_ids, pid]
+        job.started_at = job.started_at if job.started_at is not None else now
+        job.last_attempted_at = now
+        views.append(_view(job, _call(param), PENDING, TaskState.ACQUIRED, version + 1, None, None))
+    return views
+
+
+def _acquire_statement(
+    ids: list[str], pid: str, ttl: int, expires_at: int
+) -> tuple[str, list[Any]]:
+    quote = connection.ops.quote_name
+    marks = ", ".join(["%s"] * len(ids))
+    return (
+        f"UPDATE {quote(Task._meta.db_table)} SET state = 'acquired', version = version + 1, "
+        "pid = %s, ttl = %s, expires_at = %s, last_pid = %s, retry_at = NULL, resumes = '[]' "
+        f"WHERE id IN ({marks})",
+        [pid, ttl, expires_at, pid, *ids],
+    )
+
+
+def _running_statement(ids: list[str], pid: str, now: int) -> tuple[str, list[Any]]:
+    """Each job runs its task's new version; the worker joins its history."""
+    quote = connection.ops.quote_name
+    marks = ", ".join(["%s"] * len(ids))
+    task, job = quote(Task._meta.db_table), quote(Job._meta.db_table)
+    if connection.vendor == "postgresql":
+        append = "worker_ids || jsonb_build_array(%s::text)"
+    else:
+        append = "json_insert(worker_ids, '$[#]', %s)"
+    return (
+        f"UPDATE {job} SET running = (SELECT t.version FROM {task} t WHERE t.id = {job}.id), "
+        f"worker_ids = {append}, started_at = COALESCE(started_at, %s), "
+        f"last_attempted_at = %s WHERE id IN ({marks})",
+        [pid, now, now, *ids],
+    )
 
 
 _START_FIELDS = ["errors", "running", "worker_ids", "started_at", "last_attempted_at", "finished"]
@@ -193,9 +289,8 @@ _START_FIELDS = ["errors", "running", "worker_ids", "started_at", "last_attempte
 
 def _start(job: Job, pid: str, ttl: int, now: int) -> JobView | None:
     id = job.task_id
-    # Read in a statement after the job lock, so the latest committed state: the claim's
-    # ``busy`` test saw its own snapshot, and a worker that committed this job's claim while we
-    # waited for the row has acquired the task since (resonate_project/engine/locks.py says why).
+    # Read in a statement after the job lock, so the latest committed state (see
+    # resonate_project/engine/locks.py for why a joined read would not do).
     task = Task.objects.select_related("promise").get(pk=id)
     if task.state == TaskState.FULFILLED or not is_live(task.promise, now):
         job.finished, job.running = True, None
@@ -246,37 +341,104 @@ def _job_for_update(id: str) -> Job:
     return job
 
 
+# What an attempt's report did (``job_report``).
+SUCCEEDED, RETRYING, FAILED = "succeeded", "retrying", "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What attempt ``version`` of job ``id`` came to: ``value`` (JSON) if it returned, else
+    ``error`` (``task_error``'s fields)."""
+
+    id: str
+    version: int
+    value: Any = None
+    error: dict[str, str] | None = None
+
+
+def job_report(*, outcomes: Sequence[Outcome], now: int) -> dict[str, str | ProtocolError]:
+    """Record these attempts' outcomes in one transaction. A returned attempt resolves its
+    promise with the value (``SUCCEEDED``); a failed one with attempts left releases its task,
+    due again after the backoff (``RETRYING``), else rejects the promise with the error
+    (``FAILED``). An attempt that no longer holds its task (its lease lapsed and another took
+    over, or the call was canceled) gets its refusal (``Conflict``, or ``NotFound``) and records
+    nothing; the others are not affected.
+
+    Lock order: the job rows, then their promises (each with its task), all in id order, taken
+    in one round trip on PostgreSQL; the settlements' steps (listeners, callbacks) run once for
+    the whole batch as the unit of work closes.
+    """
+    ids = sorted({o.id for o in outcomes})
+    done: dict[str, str | ProtocolError] = {}
+    with unit_of_work(now) as fx:
+        locked_jobs, locked_promises, read_tasks = rows.each(
+            [_jobs_for_update(ids), *rows.locked_with_statements(Promise, ids, Task)]
+        )
+        jobs = {j.task_id: j for j in rows.build(Job, locked_jobs)}
+        found = {t.pk: t for t in rows.build(Task, read_tasks)}
+        promises_by_id = {p.id: p for p in rows.build(Promise, locked_promises)}
+        writes = []
+        for o in outcomes:
+            job, t, p = jobs.get(o.id), found.get(o.id), promises_by_id.get(o.id)
+            if job is None or t is None or p is None or o.id in done:
+                done.setdefault(o.id, NotFound("job not found"))
+                continue
+            try:
+                check_fence(t, p, o.version, now)
+            except ProtocolError as refused:
+                done[o.id] = refused
+                continue
+            job.running = None
+            if o.error is None:
+                settle(p, "resolved", Value(data=encode_json(o.value)["data"]), now, fx, task=t)
+                job.finished = True
+                done[o.id] = SUCCEEDED
+            else:
+                job.errors = [*job.errors, o.error]
+                if len(job.errors) < job.max_attempts:
+                    task_transitions.release(t, p, now, fx)
+                    job.due_at = now + backoff(job, len(job.errors))
+                    done[o.id] = RETRYING
+                else:
+                    settle(p, "rejected", Value(data=error_value(o.error)["data"]), now, fx, task=t)
+                    job.finished = True
+                    done[o.id] = FAILED
+            writes.append(rows.update_statement(job, ["errors", "running", "due_at", "finished"]))
+        if writes:
+            rows.each(writes)
+    return done
+
+
+def _jobs_for_update(ids: list[str]) -> tuple[str, list[Any]]:
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(f.column)) for f in Job._meta.concrete_fields)
+    marks = ", ".join(["%s"] * len(ids))
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    return (
+        f"SELECT {columns} FROM {quote(Job._meta.db_table)} WHERE id IN ({marks}) "
+        f"ORDER BY id{lock}",
+        list(ids),
+    )
+
+
+def _reported(outcome: str | ProtocolError) -> str:
+    if isinstance(outcome, ProtocolError):
+        raise outcome
+    return outcome
+
+
 def job_succeed(*, id: str, version: int, value: Any, now: int) -> None:
     """Attempt ``version`` returned ``value`` (JSON): resolve the promise with it. ``Conflict``
     (nothing recorded) if the attempt no longer holds the task."""
-    with transaction.atomic():
-        job = _job_for_update(id)
-        tasks.task_fulfill(
-            id=id, version=version, state="resolved", value=encode_json(value), now=now
-        )
-        job.running, job.finished = None, True
-        job.save(update_fields=["running", "finished"])
+    _reported(job_report(outcomes=[Outcome(id, version, value=value)], now=now)[id])
 
 
 def job_fail(*, id: str, version: int, error: dict[str, str], now: int) -> bool:
     """Attempt ``version`` raised ``error``. With attempts left the task is released and due
     again after the backoff (True); else the promise is rejected with the error (False).
     ``Conflict`` (nothing recorded) if the attempt no longer holds the task."""
-    with transaction.atomic():
-        job = _job_for_update(id)
-        job.errors = [*job.errors, error]
-        job.running = None
-        retry = len(job.errors) < job.max_attempts
-        if retry:
-            tasks.task_release(id=id, version=version, now=now)
-            job.due_at = now + backoff(job, len(job.errors))
-        else:
-            tasks.task_fulfill(
-                id=id, version=version, state="rejected", value=error_value(error), now=now
-            )
-            job.finished = True
-        job.save(update_fields=["errors", "running", "due_at", "finished"])
-        return retry
+    outcome = job_report(outcomes=[Outcome(id, version, error=error)], now=now)[id]
+    return _reported(outcome) == RETRYING
 
 
 def job_release(*, id: str, version: int, now: int) -> None:

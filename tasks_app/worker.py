@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections
-from django.tasks import TaskContext, TaskResultStatus
+from django.tasks import TaskContext, TaskResult, TaskResultStatus
 from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
@@ -49,6 +49,42 @@ def failure(exc: BaseException) -> dict[str, str]:
     return jobs.task_error(type(exc), str(exc), "".join(traceback.format_exception(exc)))
 
 
+def finished(
+    sender: type, result: TaskResult, status: TaskResultStatus, outcome: jobs.Outcome, now: int
+) -> None:
+    """The attempt's outcome on its ``TaskResult`` (without reading it back), then
+    ``task_finished``."""
+    object.__setattr__(result, "status", status)
+    object.__setattr__(result, "last_attempted_at", instant(now))
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", outcome.value)
+    if outcome.error is not None:
+        result.errors.append(
+            TaskError(
+                exception_class_path=outcome.error["exception_class_path"],
+                traceback=trace(outcome.error),
+            )
+        )
+    if status != TaskResultStatus.READY:
+        object.__setattr__(result, "finished_at", instant(now))
+    task_finished.send(sender, task_result=result)
+
+
+# Outcomes recorded per transaction at most: a batch holds its jobs' and promises' row locks
+# until it commits, and one settlement's listeners are drained inside it.
+REPORT_BATCH = 64
+
+
+@dataclass
+class Attempt:
+    """A finished attempt waiting to be recorded: its outcome, and the ``TaskResult`` the
+    ``task_finished`` signal carries (None if the call could not even be looked up)."""
+
+    view: jobs.JobView
+    outcome: jobs.Outcome
+    result: TaskResult | None
+
+
 @dataclass
 class Worker:
     backend: ResonateBackend
@@ -57,12 +93,18 @@ class Worker:
     grace: float = 30.0
     out: Callable[[str], Any] = print
     pid: str = field(default_factory=worker_id)
+    # Held leases, from the claim until the outcome is recorded: what the heartbeat extends.
     running: dict[str, jobs.JobView] = field(default_factory=dict)
+    # Runner slots taken: claimed attempts not yet finished running (recording them is the
+    # reporter's, so the next claim overlaps it).
+    busy: int = 0
     stopping: threading.Event = field(default_factory=threading.Event)
     wake: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # Claimed attempts for the runner threads; each runner keeps its own database connection.
     todo: queue.SimpleQueue[jobs.JobView] = field(default_factory=queue.SimpleQueue)
+    # Finished attempts for the reporter thread, which records them in batches.
+    done: queue.SimpleQueue[Attempt] = field(default_factory=queue.SimpleQueue)
 
     def stop(self, *_: Any) -> None:
         self.stopping.set()
@@ -76,6 +118,7 @@ class Worker:
             f"concurrency {self.concurrency}"
         )
         threading.Thread(target=self.heartbeat, name="heartbeat", daemon=True).start()
+        threading.Thread(target=self.reporter, name="reporter", daemon=True).start()
         for n in range(self.concurrency):
             threading.Thread(target=self.runner, name=f"runner {n}", daemon=True).start()
         while not self.stopping.is_set():
@@ -95,17 +138,17 @@ class Worker:
         )
 
     def work_once(self, limit: int = 100) -> int:
-        """Claim due calls and run them one after another in this thread; how many (tests,
-        the benchmark)."""
+        """Claim due calls and run them one after another in this thread, recording each
+        outcome as it comes; how many (tests, the benchmark)."""
         claimed = self.claim_due(limit)
         for view in claimed:
-            self.run_claimed(view)
+            self.record([self.attempt(view)])
         return len(claimed)
 
     def claim(self) -> int:
-        """Claim as many due calls as there are free slots and start them; how many."""
+        """Claim as many due calls as there are free runner slots and start them; how many."""
         with self.lock:
-            free = self.concurrency - len(self.running)
+            free = self.concurrency - self.busy
         if free <= 0:
             return 0
         try:
@@ -117,27 +160,56 @@ class Worker:
         for view in claimed:
             with self.lock:
                 self.running[view.id] = view
+                self.busy += 1
             self.todo.put(view)
         return len(claimed)
 
     def runner(self) -> None:
-        """One of ``concurrency`` threads: runs claimed attempts one at a time."""
+        """One of ``concurrency`` threads: runs claimed attempts one at a time and hands each
+        outcome to the reporter, freeing its slot for the next claim at once."""
         while True:
             view = self.todo.get()
             try:
-                self.run_claimed(view)
-            except DatabaseError:
-                log.exception(
-                    "%s: the outcome could not be recorded (the lease will lapse)", view.id
-                )
-                close_old_connections()
+                self.done.put(self.attempt(view))
             finally:
                 with self.lock:
-                    self.running.pop(view.id, None)
+                    self.busy -= 1
                 self.wake.set()
 
-    def run_claimed(self, view: jobs.JobView) -> None:
-        """Run one claimed attempt and record its outcome (fenced by its version)."""
+    def reporter(self) -> None:
+        """Records finished attempts, as many as are waiting (up to ``REPORT_BATCH``) in one
+        transaction; an attempt is let go (its lease no longer extended) once recorded."""
+        while True:
+            batch = [self.done.get()]
+            while len(batch) < REPORT_BATCH:
+                try:
+                    batch.append(self.done.get_nowait())
+                except queue.Empty:
+                    break
+            try:
+                self.record(batch)
+            except DatabaseError:
+                # The batch rolled back as a whole; record its attempts one by one, so one that
+                # cannot be recorded costs only its own outcome (its lease lapses, and the call
+                # runs again).
+                close_old_connections()
+                for one in batch:
+                    try:
+                        self.record([one])
+                    except DatabaseError:
+                        log.exception(
+                            "%s: the outcome could not be recorded (the lease will lapse)",
+                            one.view.id,
+                        )
+                        close_old_connections()
+            finally:
+                with self.lock:
+                    for one in batch:
+                        self.running.pop(one.view.id, None)
+                self.wake.set()
+
+    def attempt(self, view: jobs.JobView) -> Attempt:
+        """Run one claimed attempt (the call, its signals); its outcome is recorded later."""
         error: dict[str, str] | None = None
         value: Any = None
         result = None
@@ -153,32 +225,27 @@ class Worker:
             json.dumps(value)
         except Exception as exc:
             error = failure(exc)
+        return Attempt(view, jobs.Outcome(view.id, view.version, value, error), result)
+
+    def record(self, batch: list[Attempt]) -> None:
+        """Record these attempts' outcomes (fenced by their versions) in one transaction, then
+        send ``task_finished`` for each that was recorded."""
         now = now_ms()
-        try:
-            if error is None:
-                jobs.job_succeed(id=view.id, version=view.version, value=value, now=now)
-                status = TaskResultStatus.SUCCESSFUL
-            else:
-                retry = jobs.job_fail(id=view.id, version=view.version, error=error, now=now)
-                status = TaskResultStatus.READY if retry else TaskResultStatus.FAILED
-                log.info("%s attempt %d failed (%s)", view.id, view.version, status)
-        except ProtocolError as refused:  # fenced out: the lease lapsed and someone took over
-            log.warning("%s attempt %d not recorded: %s", view.id, view.version, refused)
-            return
-        if result is not None:  # the attempt's outcome, without reading it back
-            object.__setattr__(result, "status", status)
-            object.__setattr__(result, "last_attempted_at", instant(now))
-            if status == TaskResultStatus.SUCCESSFUL:
-                object.__setattr__(result, "_return_value", value)
-            if error is not None:
-                result.errors.append(
-                    TaskError(
-                        exception_class_path=error["exception_class_path"], traceback=trace(error)
-                    )
-                )
-            if status != TaskResultStatus.READY:
-                object.__setattr__(result, "finished_at", instant(now))
-            task_finished.send(type(self.backend), task_result=result)
+        recorded = jobs.job_report(outcomes=[a.outcome for a in batch], now=now)
+        for a in batch:
+            outcome = recorded[a.view.id]
+            if isinstance(outcome, ProtocolError):  # fenced out: the lease lapsed, or canceled
+                log.warning("%s attempt %d not recorded: %s", a.view.id, a.view.version, outcome)
+                continue
+            status = {
+                jobs.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+                jobs.RETRYING: TaskResultStatus.READY,
+                jobs.FAILED: TaskResultStatus.FAILED,
+            }[outcome]
+            if a.outcome.error is not None:
+                log.info("%s attempt %d failed (%s)", a.view.id, a.view.version, status)
+            if a.result is not None:
+                finished(type(self.backend), a.result, status, a.outcome, now)
 
     def heartbeat(self) -> None:
         """Extend every held lease at half the lease length (T-05 skips what is not ours)."""
