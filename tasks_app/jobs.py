@@ -27,9 +27,9 @@ from resonate_project.core.addresses import database_target
 from resonate_project.core.errors import NotFound, ProtocolError
 from resonate_project.core.protocol import PENDING, is_live, projected_state, viewed_task_state
 from resonate_project.core.tags import DELAY, TARGET
-from resonate_project.core.wire.promises import Value, later
-from resonate_project.engine import rows, task_transitions, wake
-from resonate_project.engine.promise_transitions import settle
+from resonate_project.core.wire import checked
+from resonate_project.core.wire.promises import PromiseCreateReq, Value, later
+from resonate_project.engine import promise_transitions, rows, task_transitions, wake
 from resonate_project.engine.uow import unit_of_work
 from tasks_app import services as tasks
 from tasks_app.handlers import check_fence
@@ -135,27 +135,45 @@ def job_enqueue(
     now: int,
 ) -> None:
     """A promise ``id`` whose param is ``call``, targeted at ``django-tasks://backend/queue``
-    (its task is claimed from the database, so no message is written), and its job row. Inside
-    the caller's ``transaction.atomic()`` both commit or roll back with the caller's rows."""
+    (its task is claimed from the database, so no message is written), and its job row.
+
+    P-02's birth of a targeted promise through the engine's transitions (the promise, its task
+    born pending with its retry timer parked at the deadline, as ``first_dispatch_at`` says for
+    a task claimed from the database), plus the job: three inserts in one round trip on
+    PostgreSQL. Inside the caller's ``transaction.atomic()`` they commit or roll back with the
+    caller's rows; like Django's own ``save()``, a failure among them marks the caller's
+    transaction for rollback rather than costing a savepoint on every call."""
     tags = {TARGET: database_target(backend, queue), FUNCTION_TAG: call.path}
     if due_at > now:
         tags[DELAY] = str(due_at)  # the protocol's delayed dispatch, for readers of the tags
-    with transaction.atomic():
-        promises.promise_create(
-            id=id, timeout_at=timeout_at, param=encode_json(call.as_json()), tags=tags, now=now
-        )
-        Job.objects.create(
-            task_id=id,
-            backend=backend,
-            queue=queue,
-            function=call.path,
-            priority=priority,
-            due_at=max(due_at, now),
-            max_attempts=max_attempts,
-            backoff_ms=backoff_ms,
-            backoff_max_ms=backoff_max_ms,
-            enqueued_at=now,
-        )
+    req = checked(
+        PromiseCreateReq,
+        id=id,
+        timeoutAt=timeout_at,
+        param=encode_json(call.as_json()),
+        tags=tags,
+    )
+    p = promise_transitions.new_promise(req, now)
+    task = Task(promise=p, state=TaskState.PENDING, version=0)
+    task.retry_at = task_transitions.first_dispatch_at(p, now)
+    job = Job(
+        task=task,
+        backend=backend,
+        queue=queue,
+        function=call.path,
+        priority=priority,
+        due_at=max(due_at, now),
+        max_attempts=max_attempts,
+        backoff_ms=backoff_ms,
+        backoff_max_ms=backoff_max_ms,
+        enqueued_at=now,
+    )
+    with transaction.atomic(savepoint=False):
+        rows.each([rows.insert_statement(obj) for obj in (p, task, job)])
+        if p.external:  # R1 arms its deadline (C1)
+            wake.deadline(p.timeout_at, now)
+    for obj in (p, task, job):
+        rows.inserted(obj)
 
 
 # --- the worker's side ------------------------------------------------------------------------
@@ -390,7 +408,8 @@ def job_report(*, outcomes: Sequence[Outcome], now: int) -> dict[str, str | Prot
                 continue
             job.running = None
             if o.error is None:
-                settle(p, "resolved", Value(data=encode_json(o.value)["data"]), now, fx, task=t)
+                value = Value(data=encode_json(o.value)["data"])
+                promise_transitions.settle(p, "resolved", value, now, fx, task=t)
                 job.finished = True
                 done[o.id] = SUCCEEDED
             else:
@@ -400,7 +419,8 @@ def job_report(*, outcomes: Sequence[Outcome], now: int) -> dict[str, str | Prot
                     job.due_at = now + backoff(job, len(job.errors))
                     done[o.id] = RETRYING
                 else:
-                    settle(p, "rejected", Value(data=error_value(o.error)["data"]), now, fx, task=t)
+                    value = Value(data=error_value(o.error)["data"])
+                    promise_transitions.settle(p, "rejected", value, now, fx, task=t)
                     job.finished = True
                     done[o.id] = FAILED
             writes.append(rows.update_statement(job, ["errors", "running", "due_at", "finished"]))
