@@ -26,11 +26,18 @@ each protocol figure next to the database's own ceiling measured in the same run
    listener's ``unblock`` frame; lateness after the deadline, embedded and under Celery.
 6. Cost of metrics: pair throughput of a server with ``RESONATE_METRICS`` on over one with it
    off, each started afresh per run in ABBA order (on, off, off, on, ...); the ratio of medians.
-7. Django tasks (``djtasks``, about a minute): trivial tasks (``tests.tasksapp_fixtures.noop``)
+7. Django tasks (``djtasks``, about two minutes): trivial tasks (``tests.tasksapp_fixtures.noop``)
    enqueued through Django's API, then drained by one ``manage.py resonate worker`` process
-   (concurrency 1, then 4): tasks/s, the worker's CPU seconds per 1,000 tasks, and the ratio to
+   (concurrency 1 and 4 in turn, three runs each: medians with min and max): tasks/s, the
+   worker's CPU seconds per 1,000 tasks, the enqueue rate, and the ratio to
    promise.create + promise.settle pairs through the typed services on one connection (the
    same path without the worker), measured in the same run.
+7b. Peers (``peers``, about ten minutes; bench/peers/tasks.py): the same trivial tasks through
+   our backend and worker, Procrastinate's Django integration, django-tasks-db's ``db_worker``
+   and Celery with Redis, each on a fresh database of the same PostgreSQL, one worker process at
+   concurrency 1 and 4, the backends in turn within each repeat: tasks/s, enqueue/s, CPU seconds
+   per 1,000 tasks of each worker and of PostgreSQL, medians of three with min and max, and each
+   peer's ratio to ours. The peers run in a virtualenv of their own under ``.peers/``.
 8. Growth (``growth``): a second fresh database holding 10,000,000 settled SDK-shaped promises
    with their tasks (1,000,000 with ``--quick``; built with SQL by bench/djtool.py load-trees).
    (a) create+settle and the task cycle from wrk on it and on the empty one, in ABBA order, each
@@ -80,6 +87,7 @@ import dispatch_latency
 import httpx
 import psycopg
 import timers
+from peers import tasks as peer_tasks
 from psycopg.conninfo import conninfo_to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +107,7 @@ SECTIONS = (
     "sweep",
     "metrics",
     "djtasks",
+    "peers",
     "growth",
 )
 REPEATS = 3  # each protocol figure is the median of this many runs, min and max beside it
@@ -914,19 +923,32 @@ def drain_tasks(db: Database, count: int, concurrency: int, max_seconds: int) ->
     }
 
 
-def djtasks(db: Database, count: int, max_seconds: int) -> dict[str, Any]:
+def djtasks(db: Database, count: int, max_seconds: int, repeats: int) -> dict[str, Any]:
     db.reset()
     pairs = djtool(db, "pairs", "--count", str(count))
     log(f"djtasks: service pairs {pairs['per_s']:.0f}/s")
     out: dict[str, Any] = {"pairs": pairs}
-    for concurrency in (1, 4):
-        run = drain_tasks(db, count, concurrency, max_seconds)
-        run["ratio_to_pairs"] = run["per_s"] / pairs["per_s"]
-        out[f"c{concurrency}"] = run
-        log(
-            f"djtasks: concurrency {concurrency}: {run['per_s']:.0f} tasks/s, "
-            f"{run['worker_cpu_s_per_1000']:.2f} CPU s / 1000"
-        )
+    runs: dict[int, list[dict[str, Any]]] = {1: [], 4: []}
+    for i in range(repeats):
+        for concurrency in runs:  # 1, 4, 1, 4, ...: drift is shared
+            log_load(f"djtasks: concurrency {concurrency}, run {i + 1}/{repeats}")
+            run = drain_tasks(db, count, concurrency, max_seconds)
+            runs[concurrency].append(run)
+            log(
+                f"djtasks: concurrency {concurrency}: {run['per_s']:.0f} tasks/s, "
+                f"{run['worker_cpu_s_per_1000']:.2f} CPU s / 1000, "
+                f"enqueue {run['enqueue_per_s']:.0f}/s"
+            )
+    for concurrency, done in runs.items():
+        per_s = spread([r["per_s"] for r in done])
+        out[f"c{concurrency}"] = {
+            "concurrency": concurrency,
+            "per_s": per_s,
+            "worker_cpu_s_per_1000": spread([r["worker_cpu_s_per_1000"] for r in done]),
+            "enqueue_per_s": spread([r["enqueue_per_s"] for r in done]),
+            "ratio_to_pairs": per_s["median"] / pairs["per_s"],
+            "runs": done,
+        }
     return out
 
 
@@ -1456,11 +1478,13 @@ def table(res: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         dj = res["djtasks"]
         for key in ("c1", "c4"):
             run = dj[key]
+            rate, cpu = run["per_s"], run["worker_cpu_s_per_1000"]
             rows.append(
                 (
                     f"7 Django tasks, one worker, concurrency {run['concurrency']}",
-                    f"{fmt(run['per_s'], '/s')}, {fmt(run['worker_cpu_s_per_1000'], ' CPU s', 2)}"
-                    " per 1,000",
+                    f"{fmt(rate['median'], '/s')} ({fmt(rate['min'])}-{fmt(rate['max'])}), "
+                    f"{fmt(cpu['median'], ' CPU s', 2)} per 1,000; enqueue "
+                    f"{fmt(run['enqueue_per_s']['median'], '/s')}",
                     "-",
                     f"{run['ratio_to_pairs']:.2f} of service pairs "
                     f"({fmt(dj['pairs']['per_s'], '/s')})",
@@ -1642,7 +1666,9 @@ def main() -> None:
         if "metrics" in only:
             res["metrics"] = metrics_cost(db, 3 if q else 5, 3 if q else 5)
         if "djtasks" in only:
-            res["djtasks"] = djtasks(db, 1_000 if q else 2_000, 60)
+            res["djtasks"] = djtasks(db, 1_000 if q else 2_000, 60, REPEATS)
+        if "peers" in only:
+            res["peers"] = {"tasks": peer_tasks.run(args.pg_url, 500 if q else 2_000, REPEATS)}
         if "sweep" in only:
             count, settled = (20_000, 200_000) if q else (100_000, 1_000_000)
             res["sweep"] = sweep(db, count, settled, 240)
@@ -1653,6 +1679,9 @@ def main() -> None:
     res["table"] = table(res)
     print()
     print_table(res["table"])
+    if "peers" in res:
+        print()
+        peer_tasks.print_table(res["peers"]["tasks"]["table"])
     print(
         f"total {res['seconds']:.0f} s; load average at start {res['machine']['loadavg_start']:.2f}"
     )

@@ -116,8 +116,8 @@ class ResonateBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Validate (``InvalidTask``; ``TypeError`` for arguments JSON cannot carry) before
-        anything is written, then write the promise, task and job in one savepoint of the
-        caller's transaction. ``task_enqueued`` is sent once that transaction commits."""
+        anything is written, then write the promise, task and job in the caller's transaction
+        (one round trip; ``jobs.job_enqueue``). ``task_enqueued`` is sent once it commits."""
         self.validate_task(task)
         now = now_ms()
         result: TaskResult = TaskResult(

@@ -2,12 +2,16 @@
 (docs/how-to/django-tasks.md): enqueue, claim, the outcome of an attempt, cancel and re-run, and
 the view ``TaskResult`` is built from. Keyword-only, ``now`` (ms) passed in.
 
-Every protocol change goes through the typed services (``promises.services``,
-``tasks_app.services``), so the fences, the coupled promise/task writes and the outbox stay in
-one place; this module adds only the ``Job`` row's bookkeeping, in the same transaction, so an
-attempt fenced out by a newer holder (``Conflict``) records nothing.
+Every protocol change is one of the engine's transitions (``engine.promise_transitions``,
+``engine.task_transitions``), behind the same fence checks as the protocol's handlers
+(``tasks_app.handlers.check_fence``), or goes through the typed services (``promises.services``,
+``tasks_app.services``) on the rarer paths; this module adds the ``Job`` row's bookkeeping in the
+same transaction, so an attempt fenced out by a newer holder (``Conflict``) records nothing. The
+worker's hot path is written for many jobs at once: enqueue is one round trip, a claim one
+statement to pick and one round trip to acquire, and outcomes are recorded in batches.
 
-Lock order: a job row before its promise (the services lock the promise).
+Lock order: job rows before their promises (and a task after its promise), each kind in id
+order; the claim takes all three with ``SKIP LOCKED``, so it never waits.
 """
 
 from __future__ import annotations

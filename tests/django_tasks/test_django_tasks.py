@@ -26,6 +26,7 @@ from resonate_project.core.clock import now_ms
 from resonate_project.core.errors import ProtocolError
 from resonate_project.engine.steps import lease_expiry, retry_dispatch
 from tasks_app import jobs
+from tasks_app import services as tasks
 from tasks_app.backends import ResonateBackend
 from tasks_app.models import Job, Task
 from tasks_app.worker import Worker
@@ -359,6 +360,47 @@ def test_a_running_call_does_not_hold_up_the_queue(backend: Any, tmp_path: Path)
     assert worker().work_once(limit=1) == 1
     assert Path(ledger).read_text().split() == ["routine"]
     assert t.urgent.get_result(held.id).status == TaskResultStatus.RUNNING
+
+
+def test_a_halted_call_does_not_hold_up_the_queue(backend: Any, tmp_path: Path) -> None:
+    """An operator halted the call at the head of the queue: the claim passes over it (one
+    claim, one slot) and runs the next; continued, the halted one runs too."""
+    ledger = str(tmp_path / "ledger")
+    halted = t.urgent.enqueue(ledger)
+    tasks.task_halt(id=halted.id, now=now_ms())
+    t.routine.enqueue(ledger)
+    assert worker().work_once(limit=1) == 1
+    assert Path(ledger).read_text().split() == ["routine"]
+    tasks.task_continue(id=halted.id, now=now_ms())
+    assert worker().work_once(limit=1) == 1
+    assert Path(ledger).read_text().split() == ["routine", "urgent"]
+
+
+def test_one_refused_outcome_leaves_the_others_in_its_batch_recorded(backend: Any) -> None:
+    """The worker records outcomes in batches: a canceled call's report is refused on its own,
+    the other call of the same batch succeeds and is never run again."""
+    kept, canceled = t.add.enqueue(1, 2), t.add.enqueue(3, 4)
+    views = jobs.job_claim(
+        backend="default", queues=["default"], pid="a", ttl=60_000, now=now_ms(), limit=2
+    )
+    assert sorted(v.id for v in views) == sorted([kept.id, canceled.id])
+    jobs.job_cancel(id=canceled.id, now=now_ms())
+    version = {v.id: v.version for v in views}
+    recorded = jobs.job_report(
+        outcomes=[
+            jobs.Outcome(canceled.id, version[canceled.id], value=7),
+            jobs.Outcome(kept.id, version[kept.id], value=3),
+        ],
+        now=now_ms(),
+    )
+    assert recorded[kept.id] == jobs.SUCCEEDED
+    assert isinstance(recorded[canceled.id], ProtocolError)
+    assert recorded[canceled.id].status == 409
+    kept.refresh()
+    canceled.refresh()
+    assert (kept.status, kept.return_value) == (TaskResultStatus.SUCCESSFUL, 3)
+    assert canceled.status == TaskResultStatus.FAILED
+    assert worker().work_once() == 0
 
 
 def test_the_worker_command_needs_a_resonate_backend(settings: Any) -> None:
