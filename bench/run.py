@@ -32,12 +32,17 @@ each protocol figure next to the database's own ceiling measured in the same run
    worker's CPU seconds per 1,000 tasks, the enqueue rate, and the ratio to
    promise.create + promise.settle pairs through the typed services on one connection (the
    same path without the worker), measured in the same run.
-7b. Peers (``peers``, about ten minutes; bench/peers/tasks.py): the same trivial tasks through
+7b. Peers (``peers``, about twenty minutes; bench/peers/): (a) the same trivial tasks through
    our backend and worker, Procrastinate's Django integration, django-tasks-db's ``db_worker``
    and Celery with Redis, each on a fresh database of the same PostgreSQL, one worker process at
    concurrency 1 and 4, the backends in turn within each repeat: tasks/s, enqueue/s, CPU seconds
    per 1,000 tasks of each worker and of PostgreSQL, medians of three with min and max, and each
-   peer's ratio to ours. The peers run in a virtualenv of their own under ``.peers/``.
+   peer's ratio to ours; (b) 500 durable three-step workflows, 32 in flight, through the Python SDK
+   on our server (the production shape, and embedded) against DBOS Transact on the same
+   PostgreSQL (its pool at its default and at 40): workflows/s, p50 and p99 per workflow, CPU
+   seconds per 1,000 workflows of each process group and of PostgreSQL, medians of three, DBOS's
+   ratios to ours (bench/peers/workflows.py). The peers run in virtualenvs of their own under
+   ``.peers/``.
 8. Growth (``growth``): a second fresh database holding 10,000,000 settled SDK-shaped promises
    with their tasks (1,000,000 with ``--quick``; built with SQL by bench/djtool.py load-trees).
    (a) create+settle and the task cycle from wrk on it and on the empty one, in ABBA order, each
@@ -952,6 +957,27 @@ def djtasks(db: Database, count: int, max_seconds: int, repeats: int) -> dict[st
     return out
 
 
+def peer_workflows(pg_url: str, quick: bool) -> dict[str, Any]:
+    """bench/peers/workflows.py in a process of its own (it imports this module by name): durable
+    three-step workflows through the Python SDK on our server against DBOS Transact."""
+    out = BENCH / "results" / "peers-workflows.json"
+    cmd = [PY, "-m", "bench.peers.workflows", "--pg-url", pg_url, "--json", str(out)]
+    done = subprocess.run(
+        [*cmd, *(["--quick"] if quick else [])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1_800,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"bench/peers/workflows.py failed:\n{done.stdout[-3000:]}{done.stderr}")
+    res: dict[str, Any] = json.loads(out.read_text())
+    lines = done.stdout.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("----")), len(lines))
+    res["wide"] = "\n".join(line for line in lines[start:] if not line.startswith("wrote "))
+    return res
+
+
 # --- 8. growth -----------------------------------------------------------------------------------
 
 DAY = 24 * HOUR
@@ -1668,7 +1694,10 @@ def main() -> None:
         if "djtasks" in only:
             res["djtasks"] = djtasks(db, 1_000 if q else 2_000, 60, REPEATS)
         if "peers" in only:
-            res["peers"] = {"tasks": peer_tasks.run(args.pg_url, 500 if q else 2_000, REPEATS)}
+            res["peers"] = {
+                "tasks": peer_tasks.run(args.pg_url, 500 if q else 2_000, REPEATS),
+                "workflows": peer_workflows(args.pg_url, q),
+            }
         if "sweep" in only:
             count, settled = (20_000, 200_000) if q else (100_000, 1_000_000)
             res["sweep"] = sweep(db, count, settled, 240)
@@ -1682,6 +1711,8 @@ def main() -> None:
     if "peers" in res:
         print()
         peer_tasks.print_table(res["peers"]["tasks"]["table"])
+        print()
+        print(res["peers"]["workflows"]["wide"])
     print(
         f"total {res['seconds']:.0f} s; load average at start {res['machine']['loadavg_start']:.2f}"
     )
