@@ -36,6 +36,11 @@ class ResonateSettings:
     # handlers on Django's shared sync thread; -1 (the default): 1 on SQLite, whose writers queue
     # on one lock anyway (a second thread only adds hand-offs), 2 on PostgreSQL.
     WEB_THREADS: int = -1
+    # Requests one envelope thread answers in one transaction at most (group commit): what is
+    # queued when a thread turns to it, in arrival order, with one COMMIT; 1 gives each request
+    # a transaction of its own. A request refused (4xx) writes nothing and leaves the others to
+    # commit; a database error runs the batch's requests again, each alone.
+    BATCH_MAX: int = 32
     # PostgreSQL connections per web process for the requests answered on its event loop (plain
     # promise.create and promise.settle, ``engine.aio``); -1 (the default): 2; 0 sends them to
     # the threads too. Ignored on SQLite, where every request takes the threads.

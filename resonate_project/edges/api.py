@@ -9,13 +9,15 @@ import contextlib
 import contextvars
 import logging
 import queue
+import re
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
@@ -37,7 +39,10 @@ from resonate_project.edges.envelope import (
 )
 from resonate_project.edges.home import home_page, wants_html
 from resonate_project.engine.aio import serving, vendor
+from resonate_project.engine.uow import joined
 from resonate_project.observability.request import RequestObservation, request_scope
+
+log = logging.getLogger("resonate.envelope")
 
 # Handlers are synchronous (one transaction each). Under ASGI, Django runs every sync view on one
 # shared thread per process; the envelope runs on its own threads instead (WEB_THREADS), so
@@ -66,17 +71,137 @@ def web_threads() -> int:
     return 1 if vendor() == "sqlite" else 2
 
 
-type _Job = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any]]
+@dataclass(slots=True)
+class Request:
+    """One envelope for the threads, with the context it runs in (its ``contextvars``, as
+    ``sync_to_async`` would carry them)."""
+
+    context_run: Callable[..., Any]
+    env: Envelope
+    clock: int
+    token: str | None
+    obs: RequestObservation
+
+    def alone(self) -> tuple[int, bytes]:
+        """In a transaction of its own (``_handle``)."""
+        return cast(
+            tuple[int, bytes],
+            self.context_run(_handle, self.env, self.clock, self.token, self.obs),
+        )
+
+    def within(self) -> tuple[int, bytes]:
+        """Inside the batch's transaction (``handle``: the connection is the batch's)."""
+        return cast(
+            tuple[int, bytes],
+            self.context_run(handle, self.env, self.clock, self.token, self.obs),
+        )
+
+
+type _Job = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any] | Request]
+type _Outcome = tuple[Any, BaseException | None]
+
+# A statement that may write (``rows.each`` sends several in one string).
+_WRITES = re.compile(rb"(?:^|;)\s*(?:INSERT|UPDATE|DELETE|WITH|MERGE|COPY)\b", re.IGNORECASE)
+
+
+class _Changes:
+    """Whether the statements run since ``mark`` changed a row: SQLite counts every row changed
+    on the connection; on PostgreSQL a single statement that may write reports how many rows it
+    changed (an ``UPDATE … WHERE`` that matched nothing changed none), and several sent in one
+    string count as a change."""
+
+    def __init__(self) -> None:
+        self.changed = False
+        self.sqlite = connection.vendor == "sqlite"
+        self.total = 0
+
+    def mark(self) -> None:
+        self.changed = False
+        if self.sqlite:
+            self.total = connection.connection.total_changes
+
+    def since(self) -> bool:
+        if self.sqlite:
+            return bool(connection.connection.total_changes != self.total)
+        return self.changed
+
+    def watch(self, execute: Any, sql: Any, params: Any, many: bool, context: Any) -> Any:
+        result = execute(sql, params, many, context)
+        if not self.sqlite and not self.changed:
+            text = sql.encode() if isinstance(sql, str) else bytes(sql)
+            if _WRITES.search(text):
+                several = b";" in text.strip().rstrip(b";")
+                rowcount = getattr(context.get("cursor"), "rowcount", -1)
+                self.changed = several or many or rowcount != 0
+        return result
+
+
+class _Abandon(Exception):
+    """The batch cannot commit as it stands: roll it back and run its requests alone."""
+
+
+def together(requests: list[Request]) -> list[tuple[int, bytes]] | None:
+    """Answer ``requests`` in one transaction, in arrival order, with one COMMIT (group
+    commit); None if it was rolled back instead, having committed nothing.
+
+    Each request's unit of work joins the transaction without a savepoint (``uow.joined``). A
+    request refused with a 4xx was refused before its first write (the handlers' rule, checked
+    here: no row changed for it), so its refusal is its own answer and the batch goes on.
+    Anything else that left the transaction marked for rollback (a database error, a refusal
+    after a row was changed) abandons the batch. No answer leaves before the COMMIT, so what
+    a client hears is what committed."""
+    connection.close_if_unusable_or_obsolete()
+    answers = []
+    connection.ensure_connection()  # SQLite's count of changes is the open connection's
+    changes = _Changes()
+    try:
+        with connection.execute_wrapper(changes.watch), transaction.atomic(), joined():
+            for request in requests:
+                changes.mark()
+                status, body = request.within()
+                if connection.needs_rollback:
+                    if status >= 500 or changes.since():
+                        raise _Abandon
+                    transaction.set_rollback(False)
+                answers.append((status, body))
+    except _Abandon:
+        return None
+    except Exception:  # the COMMIT itself failed: nothing was committed
+        log.warning("a batch of %d requests failed to commit; answering each alone", len(requests))
+        connection.close_if_unusable_or_obsolete()
+        return None
+    return answers
+
+
+def _capture(call: Callable[[], Any]) -> _Outcome:
+    try:
+        return call(), None
+    except Exception as exc:
+        return None, exc
+
+
+def answer_batch(calls: list[Callable[[], Any] | Request]) -> list[_Outcome]:
+    """The outcomes of ``calls`` (a result, or the exception a call raised), in order: envelope
+    requests together when there are several, anything else alone."""
+    requests = [c for c in calls if isinstance(c, Request)]
+    if len(requests) > 1 and len(requests) == len(calls):
+        answers = together(requests)
+        if answers is not None:
+            return [(a, None) for a in answers]
+    return [_capture(c.alone if isinstance(c, Request) else c) for c in calls]
 
 
 class HandlerThreads:
     """The envelope's threads: a queue of calls, each answered into an asyncio future of the loop
     that asked. The same hand-off as ``loop.run_in_executor``, without its second future, work
     item and thread-count check per call (a third of the hand-off's CPU, measured with a
-    do-nothing handler under uvicorn). At interpreter exit each thread finishes the call it has."""
+    do-nothing handler under uvicorn). A thread that turns to the queue takes what is waiting,
+    up to ``batch`` envelope requests, and answers them in one transaction (``together``). At
+    interpreter exit each thread finishes the calls it has."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, batch: int = 1) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._batch = max(1, batch)
         self._threads = [
             threading.Thread(target=self._serve, name=f"resonate-envelope-{i}", daemon=True)
             for i in range(threads)
@@ -85,7 +210,7 @@ class HandlerThreads:
             thread.start()
         atexit.register(self.stop)
 
-    def run(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
+    def run(self, call: Callable[[], Any] | Request) -> asyncio.Future[Any]:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._jobs.put((loop, future, call))
@@ -99,14 +224,22 @@ class HandlerThreads:
 
     def _serve(self) -> None:
         while (job := self._jobs.get()) is not None:
-            loop, future, call = job
-            try:
-                outcome: tuple[Any, BaseException | None] = (call(), None)
-            except Exception as exc:
-                outcome = (None, exc)
-            # RuntimeError: the loop closed meanwhile, and nobody waits for the answer.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, future, *outcome)
+            jobs = [job]
+            while len(jobs) < self._batch:
+                try:
+                    more = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:  # stopping: this thread ends after this batch
+                    self._jobs.put(None)
+                    break
+                jobs.append(more)
+            outcomes = answer_batch([call for _, _, call in jobs])
+            for (loop, future, _), outcome in zip(jobs, outcomes, strict=True):
+                # RuntimeError: the loop closed meanwhile, and nobody waits for the answer.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_settle, future, *outcome)
+        connection.close()  # this thread's own, as it ends
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -127,7 +260,7 @@ def _pool(threads: int) -> HandlerThreads:
     if _handlers is None:
         with _handlers_lock:
             if _handlers is None:
-                _handlers = HandlerThreads(threads)
+                _handlers = HandlerThreads(threads, resonate_settings().BATCH_MAX)
     return _handlers
 
 
@@ -154,8 +287,8 @@ async def answer(body: bytes, authorization: str | None = None) -> tuple[int, by
         if serving() and on_loop(env, token):
             answered = await handle_on_loop(env, clock, token, obs)
         if answered is None:
-            run = contextvars.copy_context().run
-            answered = await _pool(threads).run(lambda: run(_handle, env, clock, token, obs))
+            request = Request(contextvars.copy_context().run, env, clock, token, obs)
+            answered = await _pool(threads).run(request)
         result: tuple[int, bytes] = answered
         obs.status = result[0]
         return result

@@ -15,6 +15,7 @@ outbox rows and wake-ups commit (or roll back) with the host's rows.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -30,6 +31,22 @@ from tasks_app.models import Task
 
 log = logging.getLogger("resonate.signals")
 
+_batch = threading.local()
+
+
+@contextmanager
+def joined() -> Iterator[None]:
+    """Inside (this thread only): every unit of work joins the enclosing transaction without a
+    savepoint of its own. For the envelope's batches (``edges.api``), whose requests share one
+    transaction: a refusal is decided before a handler's first write, so it leaves nothing to
+    undo, and the batch clears Django's rollback mark for it (``edges.api.together``); any other
+    failure rolls the whole batch back."""
+    _batch.on = True
+    try:
+        yield
+    finally:
+        _batch.on = False
+
 
 @contextmanager
 def unit_of_work(now: int, *, steps: bool = False) -> Iterator[Effects]:
@@ -39,7 +56,7 @@ def unit_of_work(now: int, *, steps: bool = False) -> Iterator[Effects]:
     unless ``debug.start`` paused them; ``steps=True`` (the internal steps themselves) always runs
     them. An exception rolls everything back and runs nothing.
     """
-    with transaction.atomic():
+    with transaction.atomic(savepoint=not getattr(_batch, "on", False)):
         fx = Effects()
         yield fx
         if fx.due or fx.settled:
