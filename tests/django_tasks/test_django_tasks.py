@@ -394,8 +394,9 @@ def test_one_refused_outcome_leaves_the_others_in_its_batch_recorded(backend: An
         now=now_ms(),
     )
     assert recorded[kept.id] == jobs.SUCCEEDED
-    assert isinstance(recorded[canceled.id], ProtocolError)
-    assert recorded[canceled.id].status == 409
+    refused = recorded[canceled.id]
+    assert isinstance(refused, ProtocolError)
+    assert refused.status == 409
     kept.refresh()
     canceled.refresh()
     assert (kept.status, kept.return_value) == (TaskResultStatus.SUCCESSFUL, 3)

@@ -85,7 +85,7 @@ def test_a_database_error_abandons_the_batch_and_each_request_runs_alone(
     """The second request's statement fails once, inside the batch: nothing of the batch
     commits, then each request runs in its own transaction and gets the answer it would have
     had alone (here the failing one succeeds on its own, as a retried request would)."""
-    failed = []
+    failed: list[str] = []
 
     def fail_once(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         if not failed and "b-fails" in str(params):

@@ -36,7 +36,7 @@ class CountingThreads(api.HandlerThreads):
         super().__init__(1)
         self.calls = 0
 
-    def run(self, call: Callable[[], Any]) -> asyncio.Future[Any]:
+    def run(self, call: Callable[[], Any] | api.Request) -> asyncio.Future[Any]:
         self.calls += 1
         return super().run(call)
 
