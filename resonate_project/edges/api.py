@@ -146,31 +146,45 @@ def together(requests: list[Request]) -> list[tuple[int, bytes]] | None:
 
     Each request's unit of work joins the transaction without a savepoint (``uow.joined``). A
     request refused with a 4xx was refused before its first write (the handlers' rule, checked
-    here: no row changed for it), so its refusal is its own answer and the batch goes on.
-    Anything else that left the transaction marked for rollback (a database error, a refusal
-    after a row was changed) abandons the batch. No answer leaves before the COMMIT, so what
-    a client hears is what committed."""
-    connection.close_if_unusable_or_obsolete()
+    here: no row changed for it), so its refusal is its own answer and the batch goes on. Any
+    5xx answer (a database error, a bug), a transaction PostgreSQL has aborted, or a refusal
+    after a row was changed abandons the batch: it is rolled back and its requests are
+    answered alone. No answer leaves before the COMMIT, so what a client hears is what
+    committed."""
     answers = []
-    connection.ensure_connection()  # SQLite's count of changes is the open connection's
-    changes = _Changes()
     try:
+        connection.close_if_unusable_or_obsolete()
+        connection.ensure_connection()  # SQLite's count of changes is the open connection's
+        changes = _Changes()
         with connection.execute_wrapper(changes.watch), transaction.atomic(), joined():
             for request in requests:
                 changes.mark()
                 status, body = request.within()
-                if connection.needs_rollback:
-                    if status >= 500 or changes.since():
+                if status >= 500 or _aborted():
+                    raise _Abandon
+                if connection.needs_rollback:  # a refusal raised through its unit of work
+                    if changes.since():
                         raise _Abandon
                     transaction.set_rollback(False)
                 answers.append((status, body))
     except _Abandon:
+        connection.close_if_unusable_or_obsolete()
         return None
-    except Exception:  # the COMMIT itself failed: nothing was committed
-        log.warning("a batch of %d requests failed to commit; answering each alone", len(requests))
+    except Exception:  # the connection or the COMMIT failed: nothing was committed
+        log.warning("a batch of %d requests failed; answering each alone", len(requests))
         connection.close_if_unusable_or_obsolete()
         return None
     return answers
+
+
+def _aborted() -> bool:
+    """Whether PostgreSQL has aborted the transaction (a statement failed in it), whatever the
+    request answered: nothing more can run in it."""
+    if connection.vendor != "postgresql" or connection.connection is None:
+        return False
+    from psycopg.pq import TransactionStatus  # only here: psycopg is there on PostgreSQL
+
+    return bool(connection.connection.info.transaction_status == TransactionStatus.INERROR)
 
 
 def _capture(call: Callable[[], Any]) -> _Outcome:
@@ -234,7 +248,11 @@ class HandlerThreads:
                     self._jobs.put(None)
                     break
                 jobs.append(more)
-            outcomes = answer_batch([call for _, _, call in jobs])
+            try:
+                outcomes = answer_batch([call for _, _, call in jobs])
+            except Exception as exc:  # never lose the thread: every caller hears the failure
+                log.exception("the envelope thread failed a batch of %d", len(jobs))
+                outcomes = [(None, exc)] * len(jobs)
             for (loop, future, _), outcome in zip(jobs, outcomes, strict=True):
                 # RuntimeError: the loop closed meanwhile, and nobody waits for the answer.
                 with contextlib.suppress(RuntimeError):

@@ -21,6 +21,7 @@ from resonate_project.core.protocol import PROTOCOL_VERSION, Response, bad_reque
 from resonate_project.edges.json_depth import depth_refusal
 from resonate_project.edges.kinds import KINDS
 from resonate_project.engine import scope
+from resonate_project.engine.uow import batched
 from resonate_project.observability.request import RequestObservation, request_scope
 
 log = logging.getLogger("resonate.envelope")
@@ -308,8 +309,8 @@ def run(handler: Any, req: Any, now: int) -> Response:
             return Response(refused.status, refused.message)
         except OperationalError as exc:
             code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
-            if code not in RETRYABLE_SQLSTATES or attempt == ATTEMPTS - 1:
-                raise
+            if code not in RETRYABLE_SQLSTATES or attempt == ATTEMPTS - 1 or batched():
+                raise  # in a batch: the batch is abandoned and this runs again alone
             log.info("retrying %s after %s", handler.__name__, code)
     raise AssertionError("unreachable")
 

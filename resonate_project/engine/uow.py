@@ -48,6 +48,11 @@ def joined() -> Iterator[None]:
         _batch.on = False
 
 
+def batched() -> bool:
+    """Whether this thread is inside ``joined``."""
+    return bool(getattr(_batch, "on", False))
+
+
 @contextmanager
 def unit_of_work(now: int, *, steps: bool = False) -> Iterator[Effects]:
     """``with unit_of_work(now) as fx:`` lock, decide, write (recording into ``fx``), return.
@@ -56,7 +61,7 @@ def unit_of_work(now: int, *, steps: bool = False) -> Iterator[Effects]:
     unless ``debug.start`` paused them; ``steps=True`` (the internal steps themselves) always runs
     them. An exception rolls everything back and runs nothing.
     """
-    with transaction.atomic(savepoint=not getattr(_batch, "on", False)):
+    with transaction.atomic(savepoint=not batched()):
         fx = Effects()
         yield fx
         if fx.due or fx.settled:

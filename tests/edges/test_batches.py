@@ -122,3 +122,19 @@ def test_the_threads_answer_a_burst_in_batches_and_each_future_gets_its_answer()
     assert ids == [f"burst-{i}" for i in range(40)]
     assert status_and_data(answers[-1])[0] == 404
     assert Promise.objects.filter(id__startswith="burst-").count() == 40
+
+
+def test_a_read_that_fails_abandons_the_batch_too() -> None:
+    """A request with no unit of work (a read) that meets a database error answers 5xx without
+    marking Django's transaction for rollback; the batch is abandoned all the same, so no later
+    request runs in a transaction the database has given up on."""
+
+    def fail_reads(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if "read-fails" in str(params):
+            raise DatabaseError("boom")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(fail_reads):
+        batch = [create("before"), request("promise.get", id="read-fails"), create("after")]
+        assert together(batch) is None
+    assert not Promise.objects.exists()
