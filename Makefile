@@ -17,6 +17,7 @@ PYTHON_BOOT := $(shell for c in python3.13 python3.12 python3.14 $$(ls -d /root/
 	$$p -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null && { echo $$p; break; }; done)
 
 .PHONY: run test setup docs lint typecheck test-sqlite test-postgres test-system test-install services browser clean bench chaos
+.PHONY: test-rounds test-slow
 .PHONY: pgbouncer chaos-pooler chaos-failover chaos-hosts chaos-hosts-pg
 
 $(VENV)/.installed: pyproject.toml
@@ -91,20 +92,34 @@ d = c(sys.argv[1]); d['dbname'] = 'postgres'; psycopg.connect(m(**d), connect_ti
 		echo "SKIPPED the PostgreSQL run: unreachable at $$url ($$(tail -1 /tmp/resonate-pg-check.err))"; \
 	fi
 
-# Real processes (uvicorn, Celery worker and beat) and the official SDKs, once, against
-# PostgreSQL and Redis (and the embedded server on SQLite); with the short chaos run
-# (tests/system/test_chaos_short.py: its own PostgreSQL cluster and Redis server, ~1.5 min)
-# and the short round on several test hosts (tests/system/test_hosts.py: network namespaces
-# of its own, needs root and ip; skipped without them unless CI=true, ~1.5 min).
-test-system: setup services pgbouncer
-	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(SLOWEST) tests/system tests/e2e
+# The fault rounds, each a minute or two under load: the short chaos run
+# (tests/system/test_chaos_short.py: its own PostgreSQL cluster and Redis server), the short
+# round on several test hosts (tests/system/test_hosts.py: network namespaces of its own, needs
+# root and ip; skipped without them unless CI=true), the same through PgBouncer
+# (tests/system/test_pooler.py) and a restore from a dump taken mid-run
+# (tests/e2e/test_backup_restore.py). They gate landing from `make test-slow`.
+ROUNDS := tests/system/test_chaos_short.py tests/system/test_hosts.py tests/system/test_pooler.py \
+	tests/e2e/test_backup_restore.py
 
-test: lint typecheck docs test-sqlite test-postgres test-system test-install
+# Real processes (uvicorn, Celery worker and beat) and the official SDKs, once, against
+# PostgreSQL and Redis (and the embedded server on SQLite); the fault rounds are test-rounds.
+test-system: setup services
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(SLOWEST) tests/system tests/e2e \
+		$(addprefix --ignore=,$(ROUNDS))
+
+test-rounds: setup services pgbouncer
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(SLOWEST) $(ROUNDS)
+
+test: lint typecheck docs test-sqlite test-postgres test-system
+
+# What gates landing besides `make test` (.ci/run runs both): the fault rounds and the install
+# matrix, slow checks kept out of `make test`'s 20 minutes.
+test-slow: test-rounds test-install
 
 # docs/how-to/embedding.md#install's pip lines in fresh virtualenvs, everywhere the page claims them: Python
 # 3.12 and 3.13 with their bundled pip, Django 6.0 and 6.1, SQLite and PostgreSQL, a database
 # migrated under one Django and served under the other (tests/embedding/test_install.py): seven
-# fresh virtualenvs from the package index, ~2 min on 2 cores; part of `make test`.
+# fresh virtualenvs from the package index, ~2 min on 2 cores; part of `make test-slow`.
 test-install: setup services
 	$(VENV)/bin/pytest -p no:cacheprovider -n 2 $(SLOWEST) tests/embedding/test_install.py
 
