@@ -13,9 +13,14 @@ from promises.models import Callback, Listener, Promise
 from promises.selectors import PROMISE_STATES, promises
 from resonate_project.core import addresses
 from resonate_project.core.conf import resonate_settings
-from resonate_project.core.errors import Conflict, InvalidRequest, NotFound, Unprocessable
+from resonate_project.core.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    ProtocolError,
+    Unprocessable,
+)
 from resonate_project.core.protocol import SETTABLE, Response, is_live, ok, promise_record
-from resonate_project.core.signals import promise_settled
 from resonate_project.core.tags import TARGET
 from resonate_project.core.wire.promises import (
     PromiseCreateReq,
@@ -28,11 +33,11 @@ from resonate_project.core.wire.promises import (
     check_search_tags,
     check_tags,
 )
-from resonate_project.engine import aio, promise_transitions
+from resonate_project.engine import promise_transitions
 from resonate_project.engine.effects import Effects
 from resonate_project.engine.locks import promise_for_update, promises_for_update
 from resonate_project.engine.search import check_state, search
-from resonate_project.engine.uow import alone, announce, unit_of_work
+from resonate_project.engine.uow import unit_of_work
 
 if TYPE_CHECKING:
     from tasks_app.models import Task
@@ -53,25 +58,32 @@ def promise_create(req: PromiseCreateReq, now: int) -> Response:
     request says. A ``resonate:target`` tag also creates the task, due for dispatch at once (or
     at ``resonate:delay``)."""
     check_tags("tags", req.tags)
-    if alone() and promise_transitions.is_plain(req.tags):
-        # One statement, its own transaction. An existing id: the read below, or (deleted since:
-        # debug.reset) the unit of work.
-        created = promise_transitions.create_plain(req, now)
-        existing = created or Promise.objects.filter(id=req.id).first()
-        if existing is not None:
-            return ok({"promise": promise_record(existing, now)})
     with unit_of_work(now) as fx:
         return create(req, now, fx)
 
 
-async def promise_create_on_loop(req: PromiseCreateReq, now: int) -> Response | None:
-    """P-02 for a plain promise, on the event loop (``engine.aio``): its one statement, and the
-    existing record for an id taken. None for any other promise (``promise_create`` decides)."""
-    check_tags("tags", req.tags)
-    if not promise_transitions.is_plain(req.tags):
-        return None
-    p = await aio.create_plain(req, now) or await aio.promise_by_id(req.id)
-    return None if p is None else ok({"promise": promise_record(p, now)})
+def promise_create_all(items: list[tuple[PromiseCreateReq, int]]) -> list[Response | None]:
+    """P-02 for requests answered together (``edges.api.together``), each ``(request, now)``,
+    their ids distinct: the plain promises among them born in one statement. Each answer, or None
+    where ``promise_create`` answers the request instead: a refusal, a promise with a target or
+    external, an id that exists."""
+    plain = []
+    for i, (req, _) in enumerate(items):
+        try:
+            check_tags("tags", req.tags)
+        except ProtocolError:
+            continue
+        if promise_transitions.is_plain(req.tags):
+            plain.append(i)
+    out: list[Response | None] = [None] * len(items)
+    if not plain:
+        return out
+    with unit_of_work(items[plain[0]][1]):
+        born = promise_transitions.create_plain_all([items[i] for i in plain])
+    for i, p in zip(plain, born, strict=True):
+        if p is not None:
+            out[i] = ok({"promise": promise_record(p, items[i][1])})
+    return out
 
 
 def create(req: PromiseCreateReq, now: int, fx: Effects, locked: Promise | None = None) -> Response:
@@ -103,28 +115,30 @@ def promise_settle(req: PromiseSettleReq, now: int) -> Response:
     """P-03. The first verdict wins; a later settle, or one after the deadline, answers 200 with
     the record as it stands (clients must read the record, not the status)."""
     check_settable(req.state)
-    if alone():
-        # A live plain promise: one statement, its own transaction. Anything else (targeted,
-        # external, settled, dead, absent) takes the unit of work and decides there.
-        plain = promise_transitions.settle_plain(req.id, req.state, req.value, now)
-        if plain is not None:
-            fx = Effects()
-            fx.settled_promise(plain)
-            announce(fx)
-            return ok({"promise": promise_record(plain, now)})
     with unit_of_work(now) as fx:
         return settle(req.id, req.state, req.value, now, fx)
 
 
-async def promise_settle_on_loop(req: PromiseSettleReq, now: int) -> Response | None:
-    """P-03 for a live plain promise, on the event loop (``engine.aio``). None for any other
-    (``promise_settle`` decides, the statement here having changed nothing), and while host code
-    listens for ``promise_settled``: its receivers may use the database, which the loop may not."""
-    check_settable(req.state)
-    if promise_settled.has_listeners(Promise):
-        return None
-    p = await aio.settle_plain(req.id, req.state, req.value, now)
-    return None if p is None else ok({"promise": promise_record(p, now)})
+def promise_settle_all(items: list[tuple[PromiseSettleReq, int]]) -> list[Response | None]:
+    """P-03 for requests answered together (``edges.api.together``), each ``(request, now)``,
+    their ids distinct: the live plain promises among them settled in one statement. Each
+    answer, or None where ``promise_settle`` answers the request instead: a refusal, a promise
+    absent, settled, timed out, with a target or external."""
+    wanted = [i for i, (req, _) in enumerate(items) if req.state in SETTABLE]
+    out: list[Response | None] = [None] * len(items)
+    if not wanted:
+        return out
+    with unit_of_work(items[wanted[0]][1]) as fx:
+        settled = promise_transitions.settle_plain_all(
+            [(req.id, req.state, req.value, now) for req, now in (items[i] for i in wanted)]
+        )
+        for p in settled.values():
+            fx.settled_promise(p)
+    for i in wanted:
+        req, now = items[i]
+        if req.id in settled:
+            out[i] = ok({"promise": promise_record(settled[req.id], now)})
+    return out
 
 
 def settle(

@@ -8,8 +8,6 @@ and release: task absent 404, its promise absent 409, viewed state wrong 409, pr
 
 from __future__ import annotations
 
-from typing import Any
-
 import promises.handlers
 from promises.models import Callback, Promise, PromiseState
 from resonate_project.core.errors import (
@@ -29,7 +27,6 @@ from resonate_project.core.protocol import (
     task_record,
     viewed_task_state,
 )
-from resonate_project.core.signals import promise_settled
 from resonate_project.core.tags import TARGET, is_timer
 from resonate_project.core.wire.promises import CreateAction, check_tags
 from resonate_project.core.wire.tasks import (
@@ -45,7 +42,7 @@ from resonate_project.core.wire.tasks import (
     TaskSearchReq,
     TaskSuspendReq,
 )
-from resonate_project.engine import aio, promise_transitions, task_transitions
+from resonate_project.engine import promise_transitions, task_transitions
 from resonate_project.engine.locks import task_for_update, task_read, tasks_for_update
 from resonate_project.engine.search import check_state, search
 from resonate_project.engine.uow import unit_of_work
@@ -53,8 +50,6 @@ from tasks_app.models import Task, TaskState
 from tasks_app.selectors import (
     TASK_STATES,
     preload,
-    preload_records,
-    preload_statement,
     suspend_preload,
     tasks,
 )
@@ -202,61 +197,6 @@ def fenced(req: TaskFenceReq, inner: Response, records: list[PromiseRecord]) -> 
     }
     kind = "promise.create" if isinstance(req.action, CreateAction) else "promise.settle"
     return ok({"action": {"kind": kind, "head": head, "data": inner.data}, "preload": records})
-
-
-async def task_fence_on_loop(req: TaskFenceReq, now: int) -> Response | None:
-    """T-04 whose inner action creates or settles a plain promise, on the event loop
-    (``engine.aio``): the same checks in the same order as ``task_fence``, in one transaction of
-    three round trips (lock and read with the BEGIN, the write, the preload with the COMMIT).
-    None leaves the request to ``task_fence``, having changed nothing: an inner promise that is
-    not plain, an id created meanwhile, or a settlement while host code listens for
-    ``promise_settled``."""
-    action = req.action
-    check_fence_request(req)
-    if isinstance(action, CreateAction):
-        if not promise_transitions.is_plain(action.data.tags):
-            return None
-    elif promise_settled.has_listeners(Promise):
-        return None
-    db = aio.django_connection()
-    try:
-        async with aio.transaction() as tx:
-            locked = await aio.tasks_for_update(tx, [req.id, action.data.id])
-            t, p = locked.get(req.id, (None, None))
-            if t is None or p is None:
-                raise NotFound(TASK_NOT_FOUND)
-            check_fence(t, p, req.version, now)
-            _, target = locked.get(action.data.id, (None, None))
-            try:  # the inner refusals come before its first write, as in task_fence
-                inner = await fenced_on_loop(tx, action, target, now)
-            except ProtocolError as refused:
-                inner = Response(refused.status, refused.message)
-            statement = preload_statement(p, db)
-            found = await tx.commit_with([statement] if statement else [])
-            return fenced(req, inner, preload_records(found[0], now, db) if found else [])
-    except aio.HandOff:
-        return None
-
-
-async def fenced_on_loop(
-    tx: aio.Transaction, action: Any, target: Promise | None, now: int
-) -> Response:
-    """The inner promise.create or promise.settle of a fence on the loop, ``target`` (the inner
-    promise, None if absent) locked in ``tx``; ``aio.HandOff`` where it is not plain."""
-    if isinstance(action, CreateAction):
-        if target is None:
-            target = await aio.create_plain_in(tx, action.data, now)
-            if target is None:  # created meanwhile: task_fence reads it under its lock
-                raise aio.HandOff
-        return ok({"promise": promise_record(target, now)})
-    promises.handlers.check_settable(action.data.state)
-    if target is None:
-        raise NotFound(promises.handlers.PROMISE_NOT_FOUND)
-    if not promise_transitions.is_plain_promise(target):
-        raise aio.HandOff
-    if is_live(target, now):
-        await aio.settle_locked(tx, target, action.data.state, action.data.value, now)
-    return ok({"promise": promise_record(target, now)})
 
 
 def task_heartbeat(req: TaskHeartbeatReq, now: int) -> Response:

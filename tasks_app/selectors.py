@@ -41,21 +41,6 @@ def preload(p: Promise, now: int) -> list[PromiseRecord]:
     return [promise_record(row, now) for row in found]
 
 
-def preload_statement(p: Promise, db: Any) -> tuple[str, list[Any]] | None:
-    """``preload``'s read as a statement, for a caller with its own connection (``db``: its
-    Django wrapper); None when ``p`` has no branch. Its records: ``preload_records``."""
-    if p.branch is None:
-        return None
-    limit = resonate_settings().PRELOAD_LIMIT
-    return rows.by_column_statement(
-        Promise, "branch", p.branch, exclude_id=p.id, limit=limit, db=db
-    )
-
-
-def preload_records(found: list[Any], now: int, db: Any) -> list[PromiseRecord]:
-    return [promise_record(row, now) for row in rows.build(Promise, found, db)]
-
-
 def suspend_preload(p: Promise, settled: list[Promise], now: int) -> list[PromiseRecord]:
     """The branch preload plus the settled awaited promises, which the SDK re-runs with."""
     records = preload(p, now)

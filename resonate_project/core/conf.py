@@ -7,6 +7,7 @@ cached and dropped whenever Django's ``setting_changed`` fires (tests use ``over
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, fields
 from functools import cache
@@ -41,10 +42,6 @@ class ResonateSettings:
     # a transaction of its own. A request refused (4xx) writes nothing and leaves the others to
     # commit; a database error runs the batch's requests again, each alone.
     BATCH_MAX: int = 32
-    # PostgreSQL connections per web process for the requests answered on its event loop (plain
-    # promise.create and promise.settle, ``engine.aio``); -1 (the default): 2; 0 sends them to
-    # the threads too. Ignored on SQLite, where every request takes the threads.
-    LOOP_CONNECTIONS: int = -1
     # Request limits. A larger body answers 413 and changes nothing, on every path of the
     # standalone server (POST /, /api/, /poll/, the admin, probes), before authentication.
     MAX_BODY_BYTES: int = 10 * 1024 * 1024
@@ -178,6 +175,11 @@ class ResonateSettings:
 # everything) is switched on by the site's own settings (the standalone server's settings read
 # RESONATE_DEBUG into them).
 _SETTINGS_ONLY = frozenset({"DEBUG"})
+# Settings of earlier releases that no longer do anything: accepted (a site that still names one
+# keeps starting) and ignored, with a warning in the log.
+RETIRED = {
+    "LOOP_CONNECTIONS": "every request now runs on the envelope's threads, in batches (BATCH_MAX)",
+}
 
 
 def env_variable(name: str) -> str | None:
@@ -208,7 +210,11 @@ def resonate_settings() -> ResonateSettings:
         if env is not None:
             value = _coerce(env, getattr(defaults, f.name))
         values[f.name] = value
-    unknown = set(configured) - {f.name for f in fields(ResonateSettings)}
+    for name in sorted(set(configured) & set(RETIRED)):
+        logging.getLogger("resonate.settings").warning(
+            "RESONATE[%r] is retired and ignored: %s", name, RETIRED[name]
+        )
+    unknown = set(configured) - {f.name for f in fields(ResonateSettings)} - set(RETIRED)
     if unknown:
         raise ValueError(f"unknown RESONATE settings: {', '.join(sorted(unknown))}")
     return ResonateSettings(**values)

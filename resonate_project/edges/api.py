@@ -11,13 +11,15 @@ import logging
 import queue
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import split_domain_port, validate_host
 from django.views.decorators.csrf import csrf_exempt
@@ -30,15 +32,17 @@ from resonate_project.core.conf import resonate_settings
 from resonate_project.core.protocol import Response
 from resonate_project.edges.envelope import (
     Envelope,
+    Prepared,
+    begin,
+    complete,
+    conclude,
     handle,
     handle_body,
-    handle_on_loop,
-    on_loop,
     parse,
     respond,
 )
 from resonate_project.edges.home import home_page, wants_html
-from resonate_project.engine.aio import serving, vendor
+from resonate_project.edges.kinds import KINDS
 from resonate_project.engine.uow import joined
 from resonate_project.observability.request import RequestObservation, request_scope
 
@@ -68,7 +72,14 @@ def web_threads() -> int:
     threads = resonate_settings().WEB_THREADS
     if threads >= 0:
         return threads
-    return 1 if vendor() == "sqlite" else 2
+    return 1 if _vendor() == "sqlite" else 2
+
+
+@cache
+def _vendor() -> str:
+    """The default database's vendor, from a wrapper that never connects (``connection`` on an
+    event loop is a new wrapper in every request's context)."""
+    return str(connections.create_connection(DEFAULT_DB_ALIAS).vendor)
 
 
 @dataclass(slots=True)
@@ -89,12 +100,20 @@ class Request:
             self.context_run(_handle, self.env, self.clock, self.token, self.obs),
         )
 
-    def within(self) -> tuple[int, bytes]:
-        """Inside the batch's transaction (``handle``: the connection is the batch's)."""
+    def begin(self) -> Prepared | tuple[int, bytes]:
+        """Up to its handler, inside the batch's transaction (``envelope.begin``)."""
         return cast(
-            tuple[int, bytes],
-            self.context_run(handle, self.env, self.clock, self.token, self.obs),
+            Prepared | tuple[int, bytes],
+            self.context_run(begin, self.env, self.clock, self.token, self.obs),
         )
+
+    def complete(self, prepared: Prepared) -> tuple[int, bytes]:
+        """Its handler, inside the batch's transaction (``envelope.complete``)."""
+        return cast(tuple[int, bytes], self.context_run(complete, prepared))
+
+    def conclude(self, prepared: Prepared, res: Response) -> tuple[int, bytes]:
+        """Its reply, answered with others (``envelope.conclude``)."""
+        return cast(tuple[int, bytes], self.context_run(conclude, prepared, res))
 
 
 type _Job = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], Callable[[], Any] | Request]
@@ -141,32 +160,42 @@ class _Abandon(Exception):
 
 
 def together(requests: list[Request]) -> list[tuple[int, bytes]] | None:
-    """Answer ``requests`` in one transaction, in arrival order, with one COMMIT (group
-    commit); None if it was rolled back instead, having committed nothing.
+    """Answer ``requests`` in one transaction, with one COMMIT (group commit); None if it was
+    rolled back instead, having committed nothing.
 
-    Each request's unit of work joins the transaction without a savepoint (``uow.joined``). A
-    request refused with a 4xx was refused before its first write (the handlers' rule, checked
-    here: no row changed for it), so its refusal is its own answer and the batch goes on. Any
-    5xx answer (a database error, a bug), a transaction PostgreSQL has aborted, or a refusal
-    after a row was changed abandons the batch: it is rolled back and its requests are
-    answered alone. No answer leaves before the COMMIT, so what a client hears is what
-    committed."""
-    answers = []
+    Each request is authenticated, decoded and authorized in arrival order. Requests of a kind
+    with a shared form (``Kind.together``: plain promise births and settlements) and distinct ids
+    are then answered by one statement per kind (``shared``); the rest run their handlers in
+    arrival order, each unit of work joining the transaction without a savepoint
+    (``uow.joined``). No answer leaves before the COMMIT, so every request of a batch is
+    concurrent with every other, and the order the transaction applies them in is a valid
+    order for what the clients saw. A request refused with a 4xx was refused before its first
+    write (the handlers' rule, checked here: no row changed for it), so its refusal is its own
+    answer and the batch goes on. Any 5xx answer (a database error, a bug), a transaction
+    PostgreSQL has aborted, or a refusal after a row was changed abandons the batch: it is rolled
+    back and its requests are answered alone."""
+    answers: list[tuple[int, bytes]] = []
     try:
         connection.close_if_unusable_or_obsolete()
         connection.ensure_connection()  # SQLite's count of changes is the open connection's
         changes = _Changes()
         with connection.execute_wrapper(changes.watch), transaction.atomic(), joined():
+            begun = []
             for request in requests:
                 changes.mark()
-                status, body = request.within()
-                if status >= 500 or _aborted():
-                    raise _Abandon
-                if connection.needs_rollback:  # a refusal raised through its unit of work
-                    if changes.since():
-                        raise _Abandon
-                    transaction.set_rollback(False)
-                answers.append((status, body))
+                begun.append(request.begin())
+                if isinstance(begun[-1], tuple):
+                    _check(begun[-1][0], changes)
+            answered = shared(begun)
+            for i, (request, b) in enumerate(zip(requests, begun, strict=True)):
+                if isinstance(b, tuple):
+                    answers.append(b)
+                elif i in answered:
+                    answers.append(request.conclude(b, answered[i]))
+                else:
+                    changes.mark()
+                    answers.append(request.complete(b))
+                    _check(answers[-1][0], changes)
     except _Abandon:
         connection.close_if_unusable_or_obsolete()
         return None
@@ -175,6 +204,37 @@ def together(requests: list[Request]) -> list[tuple[int, bytes]] | None:
         connection.close_if_unusable_or_obsolete()
         return None
     return answers
+
+
+def _check(status: int, changes: _Changes) -> None:
+    """Whether the batch may go on after a request answered ``status`` (``together``)."""
+    if status >= 500 or _aborted():
+        raise _Abandon
+    if connection.needs_rollback:  # a refusal raised through its unit of work
+        if changes.since():
+            raise _Abandon
+        transaction.set_rollback(False)
+
+
+def shared(begun: Sequence[Prepared | tuple[int, bytes]]) -> dict[int, Response]:
+    """The answers of the requests in ``begun`` (by position) that a kind's shared form
+    (``Kind.together``) gives: per kind, those of its requests whose ids appear once among them,
+    when there are at least two, in one call (which writes nothing for a request it leaves)."""
+    groups: dict[str, list[int]] = {}
+    for i, b in enumerate(begun):
+        if isinstance(b, Prepared) and KINDS[b.kind].together is not None:
+            groups.setdefault(b.kind, []).append(i)
+    out: dict[int, Response] = {}
+    for kind, members in groups.items():
+        prepared = [cast(Prepared, begun[i]) for i in members]
+        seen = Counter(p.req.id for p in prepared)
+        unique = [(i, p) for i, p in zip(members, prepared, strict=True) if seen[p.req.id] == 1]
+        answer_all = KINDS[kind].together
+        if len(unique) < 2 or answer_all is None:
+            continue
+        found = answer_all([(p.req, p.now) for _, p in unique])
+        out.update((i, res) for (i, _), res in zip(unique, found, strict=True) if res is not None)
+    return out
 
 
 def _aborted() -> bool:
@@ -286,10 +346,10 @@ async def answer(body: bytes, authorization: str | None = None) -> tuple[int, by
     """One envelope in, one out; the clock is read here. ``authorization``
     is the request's Authorization header (a credential in ``head.auth`` takes precedence).
 
-    Plain promise births and settlements are answered on the event loop (``engine.aio``); every
-    other handler runs on the envelope's threads (``HandlerThreads``) with the request's context
-    variables (as ``sync_to_async`` would carry them): asgiref's wrapper, built anew per request,
-    was a sixth of a create+settle request's server CPU
+    Every request kind runs on the envelope's threads (``HandlerThreads``), in a batch with what
+    else is waiting (``together``), with the request's context variables (as ``sync_to_async``
+    would carry them): asgiref's wrapper, built anew per request, was a sixth of a create+settle
+    request's server CPU
     (docs/explanation/benchmark-history.md#hot-path-levers-issue-15-measured-2026-12-01)."""
     clock, token = now_ms(), bearer(authorization)
     threads = web_threads()
@@ -300,14 +360,8 @@ async def answer(body: bytes, authorization: str | None = None) -> tuple[int, by
         if isinstance(parsed, tuple):
             obs.status = parsed[0]
             return parsed
-        env = parsed
-        answered = None
-        if serving() and on_loop(env, token):
-            answered = await handle_on_loop(env, clock, token, obs)
-        if answered is None:
-            request = Request(contextvars.copy_context().run, env, clock, token, obs)
-            answered = await _pool(threads).run(request)
-        result: tuple[int, bytes] = answered
+        request = Request(contextvars.copy_context().run, parsed, clock, token, obs)
+        result: tuple[int, bytes] = await _pool(threads).run(request)
         obs.status = result[0]
         return result
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 from django.db import InterfaceError, OperationalError, connection
 
-from resonate_project.access.auth import auth_required, authenticate
-from resonate_project.access.credentials import is_service_token
+from resonate_project.access.auth import authenticate
 from resonate_project.access.principal import AuthError, Principal
 from resonate_project.access.rules import authorize, named_ids
 from resonate_project.core.conf import resonate_settings
@@ -158,59 +158,59 @@ def handle(
     env: Envelope, clock_ms: int, bearer: str | None, obs: RequestObservation
 ) -> tuple[int, bytes]:
     """``handle_body`` for a parsed envelope, inside the caller's ``request_scope``."""
+    begun = begin(env, clock_ms, bearer, obs)
+    return begun if isinstance(begun, tuple) else complete(begun)
+
+
+@dataclass(slots=True)
+class Prepared:
+    """An envelope authenticated, decoded and authorized, its handler not yet run."""
+
+    kind: str
+    corr_id: str
+    handler: Any
+    req: Any
+    now: int
+    principal: Principal | None
+
+
+def begin(
+    env: Envelope, clock_ms: int, bearer: str | None, obs: RequestObservation
+) -> Prepared | tuple[int, bytes]:
+    """``handle`` up to its handler: the reply refusing the envelope, or what the handler runs
+    on (``complete`` runs it; a batch may answer it with others, ``conclude``)."""
     corr_id, token = _observe(env, bearer, obs)
     if token is not None and not isinstance(token, str):
         return respond(env.kind, corr_id, bad_request("head.auth must be a string"))
     try:
         principal = authenticate(token, clock_ms)
         debug = resonate_settings().DEBUG
-        res = answer(env.kind, env.head, env.data, clock_ms, debug, principal, obs)
+        prepared = prepare(env.kind, env.head, env.data, clock_ms, debug, principal, obs)
     except Exception as exc:
         if isinstance(exc, OperationalError | InterfaceError):
             connection.close_if_unusable_or_obsolete()
-        res = _failure(env.kind, exc)
-    return respond(env.kind, corr_id, res)
+        prepared = _failure(env.kind, exc)
+    if isinstance(prepared, Response):
+        return respond(env.kind, corr_id, prepared)
+    handler, req, now = prepared
+    return Prepared(env.kind, corr_id, handler, req, now, principal)
 
 
-def on_loop(env: Envelope, bearer: str | None) -> bool:
-    """Whether ``handle_on_loop`` may answer this envelope: its kind has an event-loop answer
-    (``Kind.on_loop``) and its credential, if any, needs no database (a service credential is
-    looked up; a JWT is not)."""
-    token = env.head.get("auth", bearer)
-    kind = KINDS.get(env.kind)
-    if kind is None or kind.on_loop is None or (token is not None and not isinstance(token, str)):
-        return False
-    return not (token and auth_required() and is_service_token(token))
-
-
-async def handle_on_loop(
-    env: Envelope, clock_ms: int, bearer: str | None, obs: RequestObservation
-) -> tuple[int, bytes] | None:
-    """``handle`` on the event loop for an envelope ``on_loop`` accepts, with the same checks,
-    refusals and errors; None hands the request to ``handle`` (on the envelope's threads)
-    unchanged: its handler declined before writing, or the database asked for a retry."""
-    corr_id, token = _observe(env, bearer, obs)
+def complete(p: Prepared) -> tuple[int, bytes]:
+    """Run a prepared envelope's handler as ``p.principal`` and encode the reply."""
     try:
-        principal = authenticate(token, clock_ms)
-        debug = resonate_settings().DEBUG
-        prepared = prepare(
-            env.kind, env.head, env.data, clock_ms, debug, principal, obs, on_loop=True
-        )
-        if isinstance(prepared, Response):
-            res = prepared
-        else:
-            handler, req, now = prepared
-            with scope.acting_as(principal):
-                answered = await handler(req, now)
-            if answered is None:
-                return None
-            res = scoped(answered, principal)
+        with scope.acting_as(p.principal):
+            res = run(p.handler, p.req, p.now)
     except Exception as exc:
-        code = getattr(getattr(exc, "__cause__", None), "sqlstate", None)
-        if isinstance(exc, OperationalError) and code in RETRYABLE_SQLSTATES:
-            return None  # nothing happened: the threads run it again (and retry there)
-        res = _failure(env.kind, exc)
-    return respond(env.kind, corr_id, res)
+        if isinstance(exc, OperationalError | InterfaceError):
+            connection.close_if_unusable_or_obsolete()
+        res = _failure(p.kind, exc)
+    return conclude(p, res)
+
+
+def conclude(p: Prepared, res: Response) -> tuple[int, bytes]:
+    """The encoded reply to ``p``, as its caller may see it."""
+    return respond(p.kind, p.corr_id, scoped(res, p.principal))
 
 
 def answer(
@@ -250,10 +250,9 @@ def prepare(
     debug: bool,
     principal: Principal | None = None,
     obs: RequestObservation | None = None,
-    on_loop: bool = False,
 ) -> tuple[Any, Any, int] | Response:
-    """Everything ``answer`` decides before the handler runs: the refusal, or the kind's handler
-    (its event-loop answer if ``on_loop``), its decoded and authorized request, and ``now``."""
+    """Everything ``answer`` decides before the handler runs: the refusal, or the kind's handler,
+    its decoded and authorized request, and ``now``."""
     if not isinstance(head.get("corrId", ""), str):
         return bad_request("head.corrId must be a string")
     version = head.get("version")
@@ -278,7 +277,7 @@ def prepare(
             return bad_request("head.resonate:debug_time must be a non-negative integer (ms)")
         now = debug_time
     req_type = entry.request
-    handler = entry.on_loop if on_loop else entry.handler
+    handler = entry.handler
     raw = bytes(data)
     if b"\\u0000" in raw and _NUL.search(raw):
         return bad_request(

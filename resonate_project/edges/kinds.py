@@ -1,6 +1,7 @@
 """The one registry of request kinds: each declared once, with its request type, its handler, the
-typed Python API function it is exposed as, whether ``manage.py resonate`` sends it, whether it
-has an event-loop answer, and whether it is a debug kind.
+typed Python API function it is exposed as, whether ``manage.py resonate`` sends it, its shared
+form for a batch (``together``: several requests answered by one statement), and whether it is a
+debug kind.
 
 Everything that lists kinds derives from :data:`KINDS`: the envelope (``edges.envelope``) looks a
 kind up here, the OpenAPI description of ``POST /`` enumerates it (``edges.rest.schema``), the
@@ -11,7 +12,7 @@ app, and their tests.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +29,9 @@ from resonate_project.core.protocol import Response
 from resonate_project.edges import debug
 
 Handler = Callable[[Any, int], Response]
-# Answers on the event loop, or None to leave the request to ``handler`` unchanged.
-LoopHandler = Callable[[Any, int], Awaitable[Response | None]]
+# Several requests of one kind, each ``(request, now)``, their ids distinct, answered together in
+# a batch's transaction: each answer, or None where ``handler`` answers that request instead.
+Together = Callable[[list[tuple[Any, int]]], list[Response | None]]
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class Kind:
     handler: Handler  # one unit of work: ``handler(request, now) -> Response``
     service: Callable[..., Any] | None = None  # the typed Python API function (docs: Python API)
     cli: bool = False  # ``manage.py resonate`` sends it, locally or to --server
-    on_loop: LoopHandler | None = None  # the event-loop answer (envelope.handle_on_loop)
+    together: Together | None = None  # statements shared across a batch (edges.api.together)
     debug: bool = False  # answered only under RESONATE_DEBUG, to an admin credential
 
 
@@ -59,7 +61,7 @@ KINDS: dict[str, Kind] = {
             promises.handlers.promise_create,
             promises.services.promise_create,
             cli=True,
-            on_loop=promises.handlers.promise_create_on_loop,
+            together=promises.handlers.promise_create_all,
         ),
         Kind(
             "promise.settle",
@@ -67,7 +69,7 @@ KINDS: dict[str, Kind] = {
             promises.handlers.promise_settle,
             promises.services.promise_settle,
             cli=True,
-            on_loop=promises.handlers.promise_settle_on_loop,
+            together=promises.handlers.promise_settle_all,
         ),
         Kind(
             "promise.register_callback",
@@ -112,7 +114,6 @@ KINDS: dict[str, Kind] = {
             resonate_project.core.wire.tasks.TaskFenceReq,
             tasks_app.handlers.task_fence,
             tasks_app.services.task_fence,
-            on_loop=tasks_app.handlers.task_fence_on_loop,
         ),
         Kind(
             "task.heartbeat",

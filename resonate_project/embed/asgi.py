@@ -13,8 +13,7 @@ For the app's lifespan (uvicorn, hypercorn and granian send its events) the wrap
 with no Celery broker configured, the internal steps (timeouts, timers, retries, schedules) and
 HTTP push in threads of this process; several processes may do so at once, since every step and
 drain claims its rows (``SKIP LOCKED`` on PostgreSQL, the write lock on SQLite). With a broker,
-Celery beat and workers run them. On PostgreSQL the lifespan also gives the event loop its own
-connections for plain promises (``engine.aio.start``; closed at shutdown).
+Celery beat and workers run them.
 """
 
 from __future__ import annotations
@@ -37,7 +36,6 @@ from resonate_project.core.protocol import Response
 from resonate_project.edges.api import answer, refuse_http, too_large
 from resonate_project.edges.envelope import respond
 from resonate_project.edges.rest.errors import body_too_large
-from resonate_project.engine import aio
 from resonate_project.engine.wake import celery_enabled
 from resonate_project.runtime import embedded, traffic
 
@@ -200,11 +198,9 @@ class Resonate:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 await asyncio.to_thread(self.start)
-                aio.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await asyncio.to_thread(self.stop)
-                await aio.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

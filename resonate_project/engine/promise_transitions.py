@@ -3,6 +3,7 @@ R3, R4). Callers hold the relevant promise row locks and own the transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.db.models import Model
@@ -107,7 +108,7 @@ def settle_if_live(
     """P-03's write in one statement: settle the promise only if it is live at ``now``
     (``UPDATE … WHERE state = 'pending' AND timeout_at > now RETURNING *``, which takes the row
     lock), then fulfil its task. None if nothing matched (absent, settled, or dead)."""
-    p = _settle_row(promise_id, state, value, now, plain_only=False)
+    p = _settle_row(promise_id, state, value, now)
     if p is None:
         return None
     if p.target is not None:
@@ -119,11 +120,6 @@ def settle_if_live(
     return p
 
 
-def is_plain_promise(p: Promise) -> bool:
-    """``is_plain`` for a stored promise."""
-    return p.target is None and not p.external
-
-
 def is_plain(tags: dict[str, str]) -> bool:
     """A promise with no target that is not external: no task, no callbacks or listeners (C2,
     C3) and no durable deadline (C1), so its birth and its settlement each write one row and
@@ -131,32 +127,42 @@ def is_plain(tags: dict[str, str]) -> bool:
     return not is_targeted(tags) and not is_external(tags)
 
 
-def create_plain(req: PromiseCreateReq, now: int) -> Promise | None:
-    """P-02 for a plain promise (``is_plain(req.tags)``): the whole transition is one
-    ``INSERT … ON CONFLICT DO NOTHING``, so outside any transaction it runs as its own (one round
-    trip instead of BEGIN, statement, COMMIT). None if the id exists."""
-    p = new_promise(req, now)
-    return p if insert(p) else None
+def create_plain_all(items: Sequence[tuple[PromiseCreateReq, int]]) -> list[Promise | None]:
+    """P-02 for plain promises (``is_plain``) of distinct ids, each ``(request, now)``, in one
+    statement (a multi-row ``INSERT … ON CONFLICT DO NOTHING``): a plain birth writes its row and
+    nothing else. Each promise created, or None where its id exists (``create_with_task``'s
+    caller reads that one under its lock)."""
+    born = [new_promise(req, now) for req, now in items]
+    written = rows.insert_all(born)
+    return [p if p.id in written else None for p in born]
 
 
-def settle_plain(promise_id: str, state: str, value: Value, now: int) -> Promise | None:
-    """P-03's write for a plain promise, one statement (its own transaction outside any other):
-    None unless the promise is live at ``now`` and plain (a targeted or external promise's
-    settlement also fulfils its task or drains its subscriptions, so it takes the transaction)."""
-    return _settle_row(promise_id, state, value, now, plain_only=True)
+def settle_plain_all(items: Sequence[tuple[str, str, Value, int]]) -> dict[str, Promise]:
+    """P-03's write for plain promises of distinct ids, each ``(id, state, value, now)``, in one
+    statement (``UPDATE … FROM`` a ``VALUES`` list): each promise live at its ``now``, with no
+    target and not external, is settled, which is its whole transition (no task, no callbacks or
+    listeners). The promises settled, by id; any other is untouched (``settle_if_live`` decides
+    it)."""
+    changes = [
+        (id, [state, value.headers, value.data, now], now) for id, state, value, now in items
+    ]
+    settled = rows.update_each_returning(
+        Promise,
+        SETTLEMENT_FIELDS,
+        changes,
+        "state = 'pending' AND timeout_at > v._now AND target IS NULL AND NOT external",
+    )
+    return {p.id: p for p in settled}
 
 
-def _settle_row(
-    promise_id: str, state: str, value: Value, now: int, *, plain_only: bool
-) -> Promise | None:
-    found = rows.update_returning(*_settle_where(promise_id, state, value, now, plain_only))
+def _settle_row(promise_id: str, state: str, value: Value, now: int) -> Promise | None:
+    found = rows.update_returning(*_settle_where(promise_id, state, value, now))
     return found[0] if found else None
 
 
 def _settle_where(
-    promise_id: str, state: str, value: Value, now: int, plain_only: bool
+    promise_id: str, state: str, value: Value, now: int
 ) -> tuple[type[Promise], dict[str, Any], str, list[Any]]:
-    plain = " AND target IS NULL AND NOT external" if plain_only else ""
     return (
         Promise,
         {
@@ -165,19 +171,8 @@ def _settle_where(
             "value_data": value.data,
             "settled_at": now,
         },
-        f"id = %s AND state = 'pending' AND timeout_at > %s{plain}",
+        "id = %s AND state = 'pending' AND timeout_at > %s",
         [promise_id, now],
-    )
-
-
-def settle_plain_statement(
-    promise_id: str, state: str, value: Value, now: int, db: Any
-) -> tuple[str, list[Any]]:
-    """``settle_plain``'s one statement and its parameters, for a caller with its own
-    connection (``engine.aio``; ``db``: its Django wrapper); its row, if any, is the settled
-    promise (``rows.build``)."""
-    return rows.update_returning_statement(
-        *_settle_where(promise_id, state, value, now, True), db=db
     )
 
 

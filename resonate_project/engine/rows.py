@@ -94,25 +94,19 @@ def _by_ids_sql_for(model: type[Model], vendor: str, count: int, for_update: boo
 
 
 def locked_with_statements(
-    model: type[Model], ids: Sequence[str], other: type[Model], db: Any = connection
+    model: type[Model], ids: Sequence[str], other: type[Model]
 ) -> list[tuple[str, list[Any]]]:
-    """``locked_with``'s two statements (for a caller with its own connection: ``engine.aio``);
+    """``locked_with``'s two statements, for a caller sending them with others (``each``);
     their rows: ``build(model, …)`` and ``build(other, …)``."""
     return [
-        (_by_ids_sql_for(model, db.vendor, len(ids), True), list(ids)),
-        (_by_ids_sql_for(other, db.vendor, len(ids), False), list(ids)),
+        (_by_ids_sql_for(model, connection.vendor, len(ids), True), list(ids)),
+        (_by_ids_sql_for(other, connection.vendor, len(ids), False), list(ids)),
     ]
-
-
-def by_id_statement(model: type[Model], id: str) -> tuple[str, list[Any]]:
-    """``by_id``'s statement (no lock) and its parameters (its rows: ``build``)."""
-    return _by_ids_sql(model, 1, False), [id]
 
 
 def build(model: type[Model], rows: Sequence[Any], db: Any = connection) -> list[Any]:
     """Instances of ``model`` from rows of every column in field order (the statements above),
-    with Django's converters applied. ``db``: the connection (wrapper) they came through; the
-    statement builders take it too, for a caller that cannot use this thread's (``engine.aio``)."""
+    with Django's converters applied. ``db``: the connection (wrapper) they came through."""
     return _build(model, _shape(model, db.vendor), rows, db)
 
 
@@ -332,6 +326,72 @@ def update_returning_statement(
         f"RETURNING {shape.columns}"
     )
     return sql, [*prepared, *params]
+
+
+def insert_all(objs: Sequence[Model]) -> set[Any]:
+    """``insert(obj, skip_existing=True)`` for each of ``objs`` (one model, distinct primary keys)
+    in one multi-row ``INSERT … ON CONFLICT DO NOTHING RETURNING <pk>``: the keys written."""
+    if not objs:
+        return set()
+    model = type(objs[0])
+    fields = model._meta.concrete_fields
+    one = _insert_sql(model, connection.vendor, False)
+    marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    pk = connection.ops.quote_name(str(model._meta.pk.column))
+    sql = one + "".join(", " + marks for _ in objs[1:])
+    sql += f" ON CONFLICT ({pk}) DO NOTHING RETURNING {pk}"
+    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in objs for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        written = {row[0] for row in cursor.fetchall()}
+    for obj in objs:
+        if obj.pk in written:
+            inserted(obj)
+    return written
+
+
+def update_each_returning(
+    model: type[Model],
+    names: Sequence[str],
+    changes: Sequence[tuple[Any, Sequence[Any], int]],
+    condition: str,
+) -> list[Any]:
+    """For each ``(pk, values, now)`` of ``changes`` (distinct keys): ``UPDATE … SET <names> =
+    <values> WHERE <pk> = pk AND <condition>`` (``condition``: SQL on the row's own columns and
+    ``_now``, the change's ``now``), all in one statement (``UPDATE … FROM`` a ``VALUES`` list);
+    returns the rows it changed as instances (each value prepared as ``save`` would)."""
+    if not changes:
+        return []
+    vendor = connection.vendor
+    quote = connection.ops.quote_name
+    fields = [model._meta.get_field(name) for name in names]
+    table, pk = quote(str(model._meta.db_table)), quote(str(model._meta.pk.column))
+    if vendor == "postgresql":  # VALUES takes its columns' types from the first row
+        pk_type = model._meta.pk.db_type(connection)
+        types = [f.db_type(connection) for f in fields]
+        row = ", ".join(f"CAST(%s AS {t})" for t in [pk_type, *types, "bigint"])
+    else:
+        row = ", ".join(["%s"] * (len(fields) + 2))
+    columns = ", ".join(["_k", *(f"_v{i}" for i in range(len(fields))), "_now"])
+    sets = ", ".join(
+        f"{quote(str(f.column))} = v._v{i}"  # type: ignore[union-attr]
+        for i, f in enumerate(fields)
+    )
+    returning = ", ".join(f"{table}.{quote(str(f.column))}" for f in model._meta.concrete_fields)
+    sql = (
+        f"WITH v({columns}) AS (VALUES {', '.join(f'({row})' for _ in changes)}) "
+        f"UPDATE {table} SET {sets} FROM v WHERE {table}.{pk} = v._k AND {condition} "
+        f"RETURNING {returning}"
+    )
+    params: list[Any] = []
+    for key, values, now in changes:
+        params.append(key)
+        params.extend(
+            f.get_db_prep_save(value, connection)  # type: ignore[union-attr]
+            for f, value in zip(fields, values, strict=True)
+        )
+        params.append(now)
+    return _instances(model, _shape(model, vendor), sql, params)
 
 
 def values_in_each(

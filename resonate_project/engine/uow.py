@@ -70,16 +70,6 @@ def unit_of_work(now: int, *, steps: bool = False) -> Iterator[Effects]:
             announce(fx)
 
 
-def alone() -> bool:
-    """No transaction encloses the caller (neither a host's ``atomic()`` nor a test's): a
-    transition that is one statement may run it in autocommit, where the statement is its own
-    transaction, and answer after one round trip instead of three (BEGIN, statement, COMMIT).
-    Not on SQLite, where a statement costs no round trip and writers queue on a lock that only a
-    transaction takes (``resonate_project.sqlite``)."""
-    conn = transaction.get_connection()
-    return conn.vendor != "sqlite" and not conn.in_atomic_block
-
-
 def announce(fx: Effects) -> None:
     """``promise_settled`` and ``task_completed`` for host code, once this transaction commits
     (inside a host's atomic block: once the host's commits; never if it rolls back)."""

@@ -247,7 +247,7 @@ def test_requests_are_counted_per_minute_and_charted_once_flushed(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("resonate_project.edges.envelope.answer", broken)
+    monkeypatch.setattr("resonate_project.edges.envelope.run", broken)
     assert post(client, "promise.get", {"id": "p"}) == 500
     monkeypatch.undo()
     assert not RequestMinute.objects.exists()  # counted in memory only

@@ -27,7 +27,6 @@ from outbox.models import Message
 from promises.models import Callback, Listener, Promise
 from resonate_project.core.conf import resonate_settings
 from resonate_project.edges.api import HandlerThreads, web_threads
-from resonate_project.engine.aio import loop_connections
 from schedules.models import Schedule
 from tasks_app.models import Task
 from tests.support.factories import FAR
@@ -943,20 +942,25 @@ def test_the_envelope_pool_has_one_thread_on_sqlite_two_on_postgresql_unless_set
         resonate_settings.cache_clear()
 
 
-def test_plain_promises_are_answered_on_the_loop_on_postgresql_only_unless_set_off(
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_retired_setting_is_accepted_with_a_warning_and_an_unknown_one_refused(
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    monkeypatch.delenv("RESONATE_LOOP_CONNECTIONS", raising=False)
-    resonate_settings.cache_clear()
+    """A site that still names LOOP_CONNECTIONS (earlier releases' event-loop path) keeps
+    starting; a misspelt setting is still an error naming it."""
     try:
-        on_postgres = connection.vendor == "postgresql"
-        assert loop_connections() == (2 if on_postgres else 0)
-        with override_settings(RESONATE={"LOOP_CONNECTIONS": 4}):
-            assert loop_connections() == (4 if on_postgres else 0)
-        with override_settings(RESONATE={"LOOP_CONNECTIONS": 0}):
-            assert loop_connections() == 0
+        with (
+            override_settings(RESONATE={"LOOP_CONNECTIONS": 2, "BATCH_MAX": 8}),
+            caplog.at_level("WARNING", logger="resonate.settings"),
+        ):
+            assert resonate_settings().BATCH_MAX == 8
+            assert "LOOP_CONNECTIONS" in caplog.text
+            assert "retired and ignored" in caplog.text
+        with (
+            override_settings(RESONATE={"BATCH_MAXX": 8}),
+            pytest.raises(ValueError, match="unknown RESONATE settings: BATCH_MAXX"),
+        ):
+            resonate_settings()
     finally:
-        monkeypatch.undo()
         resonate_settings.cache_clear()
 
 

@@ -12,9 +12,13 @@ from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from outbox.models import Message
 from promises.models import Promise
+from resonate_project.access.credentials import credential_create
+from resonate_project.core.signals import promise_settled
 from resonate_project.edges.api import HandlerThreads, Request, answer_batch, together
 from resonate_project.edges.envelope import Envelope, parse
 from resonate_project.observability.request import RequestObservation
@@ -138,3 +142,105 @@ def test_a_read_that_fails_abandons_the_batch_too() -> None:
         batch = [create("before"), request("promise.get", id="read-fails"), create("after")]
         assert together(batch) is None
     assert not Promise.objects.exists()
+
+
+def settle(id: str, state: str = "resolved", data: str = "eA==") -> Request:
+    return request(
+        "promise.settle", id=id, state=state, value={"headers": {"h": "1"}, "data": data}
+    )
+
+
+def writes(queries: list[dict[str, Any]]) -> list[str]:
+    """The first word of each statement that writes (PostgreSQL sends BEGIN with the first)."""
+    statements = [q["sql"].removeprefix("BEGIN;").lstrip() for q in queries]
+    return [s.split()[0].upper() for s in statements if s.upper().startswith(("INSERT", "WITH"))]
+
+
+def test_plain_births_and_settlements_of_a_batch_share_one_statement_each() -> None:
+    """Plain creates of distinct ids are one INSERT, their settlements one UPDATE; each client
+    hears what it would have heard alone: its own record, stored as answered."""
+    batch = [create(f"s{i}") for i in range(6)] + [settle(f"s{i}") for i in range(4)]
+    with CaptureQueriesContext(connection) as seen:
+        answers = together(batch)
+    assert answers is not None
+    assert writes(seen.captured_queries) == ["INSERT", "WITH"]
+    replies = [status_and_data(a) for a in answers]
+    assert [s for s, _ in replies] == [200] * 10
+    for i in range(6):
+        record = replies[i][1]["promise"]
+        assert (record["id"], record["state"], record["createdAt"]) == (f"s{i}", "pending", NOW)
+    for i in range(4):
+        record = replies[6 + i][1]["promise"]
+        assert (record["id"], record["state"], record["settledAt"]) == (f"s{i}", "resolved", NOW)
+        assert record["value"] == {"headers": {"h": "1"}, "data": "eA=="}
+    stored = {p.id: p for p in Promise.objects.all()}
+    assert [stored[f"s{i}"].state for i in range(6)] == ["resolved"] * 4 + ["pending"] * 2
+    assert stored["s0"].value_headers == {"h": "1"}
+    assert (stored["s0"].value_data, stored["s0"].settled_at) == ("eA==", NOW)
+
+
+def test_what_the_shared_statements_leave_is_answered_as_alone() -> None:
+    """An id that exists keeps its record; an absent one is a 404; the first verdict wins; a
+    promise past its deadline times out; a targeted promise's settlement fulfils its task; two
+    requests for one id run in arrival order."""
+    assert together([create("old"), create("late-x", **{"resonate:target": "poll://any@w"})])
+    Promise.objects.filter(id="old").update(param_data="b2xk")
+    assert together([create("dead"), settle("won", "rejected")]) is not None
+    Promise.objects.filter(id="dead").update(timeout_at=NOW - 1)
+    answers = together(
+        [
+            create("old"),
+            create("won"),
+            settle("won", "rejected"),
+            settle("nobody"),
+            settle("dead"),
+            settle("late-x"),
+            create("twice"),
+            request("promise.create", id="twice", timeoutAt=FAR, param={"data": "c2Vjb25k"}),
+            settle("old", "rejected_canceled"),
+        ]
+    )
+    assert answers is not None
+    replies = [status_and_data(a) for a in answers]
+    assert [s for s, _ in replies] == [200, 200, 200, 404, 200, 200, 200, 200, 200]
+    assert replies[0][1]["promise"]["param"]["data"] == "b2xk"
+    assert replies[2][1]["promise"]["state"] == "rejected"
+    assert replies[4][1]["promise"]["state"] == "rejected_timedout"
+    assert replies[5][1]["promise"]["state"] == "resolved"
+    assert Task.objects.get(pk="late-x").state == "fulfilled"
+    assert replies[7][1]["promise"]["param"].get("data") is None  # the first create won
+    assert replies[8][1]["promise"]["state"] == "rejected_canceled"
+    assert Promise.objects.get(id="twice").param_data is None
+
+
+def test_host_receivers_hear_shared_settlements_once_committed() -> None:
+    heard: list[tuple[str, str]] = []
+
+    def receiver(sender: Any, id: str, state: str, **kwargs: Any) -> None:
+        heard.append((id, state))
+
+    assert together([create("r1"), create("r2")]) is not None
+    promise_settled.connect(receiver)
+    try:
+        assert together([settle("r1", "rejected"), settle("r2")]) is not None
+    finally:
+        promise_settled.disconnect(receiver)
+    assert sorted(heard) == [("r1", "rejected"), ("r2", "resolved")]
+
+
+def test_a_narrowed_credential_is_held_to_its_prefix_in_a_shared_statement() -> None:
+    _, token = credential_create(name="svc", now=NOW, prefix="app/")
+    with override_settings(RESONATE={"AUTH": "required"}):
+
+        def as_service(r: Request) -> Request:
+            r.token = token
+            return r
+
+        answers = together(
+            [as_service(create("app/in")), as_service(create("other/out")), create("app/anon")]
+        )
+    assert answers is not None
+    statuses = [status_and_data(a) for a in answers]
+    assert [s for s, _ in statuses] == [200, 403, 401]
+    assert "outside this credential's prefix" in statuses[1][1]
+    assert list(Promise.objects.values_list("id", flat=True)) == ["app/in"]

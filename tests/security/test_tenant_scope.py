@@ -18,15 +18,15 @@ from django.test import Client, override_settings
 
 from promises.models import Listener, Promise
 from resonate_project.access.credentials import credential_create
+from resonate_project.edges.api import HandlerThreads
 from tasks_app.models import Task
-from tests.edges.test_loop_path import (
-    CountingThreads,
+from tests.edges.test_one_path import (
     action_create,
     fence,
     serve,
     threads,  # noqa: F401  (the fixture)
 )
-from tests.edges.test_loop_path import envelope as loop_envelope
+from tests.edges.test_one_path import envelope as path_envelope
 from tests.security.test_auth import ADMIN, envelope, settings_for, token
 from tests.support.factories import FAR
 
@@ -351,13 +351,12 @@ def test_finding10_a_jwt_groups_claim_limits_addresses(client: Client, required:
     assert call(client, "promise.create", promise("j/4", **hook), pusher)[0] == 200
 
 
-# --- finding 1 on the event loop (PostgreSQL): the fenced plain step's preload statement --------
+# --- finding 1 through the envelope's threads: the fenced plain step's preload ------------------
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_finding1_the_loop_paths_preload_is_scoped_too(
-    threads: CountingThreads,  # noqa: F811  (the fixture imported above)
+def test_finding1_the_threads_preload_is_scoped_too(
+    threads: HandlerThreads,  # noqa: F811  (the fixture imported above)
 ) -> None:
     limited = token({"prefix": "billing/"})
     foreign = promise(
@@ -365,15 +364,14 @@ def test_finding1_the_loop_paths_preload_is_scoped_too(
     )
     root = action_create("billing/wf", "billing/wf", target=True)
     with override_settings(RESONATE=settings_for()):
-        ((made, _),) = serve(loop_envelope("promise.create", **foreign), auth=f"Bearer {ADMIN}")
+        ((made, _),) = serve(path_envelope("promise.create", **foreign), auth=f"Bearer {ADMIN}")
         answers = serve(
-            loop_envelope("task.create", pid="w", ttl=60_000, action=root),
+            path_envelope("task.create", pid="w", ttl=60_000, action=root),
             fence("billing/wf", action_create("billing/wf:1", "billing/wf")),
             auth=f"Bearer {limited}",
         )
     assert made == 200
     assert [status for status, _ in answers] == [200, 200]
-    assert threads.calls == 2  # the external create and task.create; the fence on the loop
     for _, data in answers:
         assert [p["id"] for p in data["preload"]] == [] or all(
             p["id"].startswith("billing/") for p in data["preload"]
