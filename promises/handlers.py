@@ -160,7 +160,16 @@ def settle(
         existing = Promise.objects.filter(id=promise_id).first()
         if existing is None:
             raise NotFound(PROMISE_NOT_FOUND)
-        return ok({"promise": promise_record(existing, now)})
+        if not is_live(existing, now):
+            return ok({"promise": promise_record(existing, now)})
+        # Live after all: its creator committed between the UPDATE's snapshot and this read's
+        # (PostgreSQL's READ COMMITTED: the UPDATE passed over a row not yet committed, without
+        # waiting), or it was born at a later clock reading than this request's (the UPDATE
+        # leaves those). Answering this pending record would say the settle happened and
+        # changed nothing; lock the row and settle it instead.
+        locked = promise_for_update(promise_id)
+        if locked is None:  # cannot happen: promises are never deleted (but debug.reset)
+            raise NotFound(PROMISE_NOT_FOUND)
     if is_live(locked, now):
         promise_transitions.settle(locked, state, value, now, fx, task=task)
     return ok({"promise": promise_record(locked, now)})

@@ -98,7 +98,9 @@ def apply_settlement(p: Promise, state: str, value: Value | None, settled_at: in
     p.state = state
     p.value_headers = value.headers if value is not None else None
     p.value_data = value.data if value is not None else None
-    p.settled_at = settled_at
+    # Never before its birth: each request reads the clock as it arrives, so a settle that
+    # arrived first may run after the create it raced (the stores agree it came second).
+    p.settled_at = max(settled_at, p.created_at)
     return SETTLEMENT_FIELDS
 
 
@@ -150,7 +152,8 @@ def settle_plain_all(items: Sequence[tuple[str, str, Value, int]]) -> dict[str, 
         Promise,
         SETTLEMENT_FIELDS,
         changes,
-        "state = 'pending' AND timeout_at > v._now AND target IS NULL AND NOT external",
+        "state = 'pending' AND timeout_at > v._now AND created_at <= v._now"
+        " AND target IS NULL AND NOT external",
     )
     return {p.id: p for p in settled}
 
@@ -171,8 +174,10 @@ def _settle_where(
             "value_data": value.data,
             "settled_at": now,
         },
-        "id = %s AND state = 'pending' AND timeout_at > %s",
-        [promise_id, now],
+        # created_at <= now: a promise born at a later clock reading than this request's is
+        # left to the caller's locked path (``apply_settlement`` stamps it no earlier).
+        "id = %s AND state = 'pending' AND timeout_at > %s AND created_at <= %s",
+        [promise_id, now, now],
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from outbox import delivery
 from outbox.models import Message
@@ -327,3 +327,46 @@ def test_concurrent_stream_claims_never_share_a_message() -> None:
     assert len({key for key, _ in claims}) == 200
     assert {revision for _, revision in claims} == {2}
     assert set(Message.objects.values_list("revision", "attempts")) == {(2, 1)}
+
+
+def test_a_settle_whose_update_missed_a_create_committing_meanwhile_settles_it() -> None:
+    """Found by the linearizability run (tests/system/test_linearizability.py): under READ
+    COMMITTED the settle's ``UPDATE … WHERE state = 'pending'`` passes over a row whose creator
+    has not committed, without waiting; if the creator commits before the settle's next read,
+    that read sees the promise pending. The settle must then settle it (or, had it not seen it,
+    answer 404), never answer 200 with the record still pending."""
+    inserted, go, committed = threading.Event(), threading.Event(), threading.Event()
+    now = now_ms()
+
+    def creator() -> None:
+        try:
+            with transaction.atomic():
+                made = call("promise.create", {"id": "raced", "timeoutAt": FAR, "tags": {}}, now)
+                assert made.status == 200
+                inserted.set()
+                assert go.wait(JOIN_TIMEOUT_S)
+            committed.set()
+        finally:
+            connection.close()
+
+    def after_the_update(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        result = execute(sql, params, many, context)
+        if sql.lstrip().upper().startswith("UPDATE") and "raced" in str(params) and not go.is_set():
+            go.set()  # the UPDATE matched nothing: let the creator commit before the next read
+            assert committed.wait(JOIN_TIMEOUT_S)
+        return result
+
+    thread = threading.Thread(target=creator)
+    thread.start()
+    try:
+        assert inserted.wait(JOIN_TIMEOUT_S)
+        value = {"headers": {}, "data": "eA=="}
+        with connection.execute_wrapper(after_the_update):
+            res = call("promise.settle", {"id": "raced", "state": "resolved", "value": value}, now)
+    finally:
+        go.set()
+        thread.join(JOIN_TIMEOUT_S)
+    assert committed.is_set()  # the interleaving happened as described
+    assert res.status == 200
+    assert res.data["promise"]["state"] == "resolved"
+    assert Promise.objects.get(id="raced").state == "resolved"
