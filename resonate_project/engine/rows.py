@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from django.db import connection
+from django.db import connection, connections
 from django.db.models import Model
+from django.utils.connection import ConnectionProxy
 
 from resonate_project.engine import scope
 
@@ -68,6 +69,7 @@ def _build(
     model: type[Model], shape: _Shape, rows: Sequence[Any], db: Any = connection
 ) -> list[Any]:
     out = []
+    db = _real(db)
     for row in rows:
         values = list(row)
         for i, converters, col in shape.converters:
@@ -75,6 +77,12 @@ def _build(
                 values[i] = convert(values[i], col, db)
         out.append(model.from_db(db.alias, shape.names, values))
     return out
+
+
+def _real(db: Any) -> Any:
+    """The connection wrapper itself for Django's ``connection`` proxy, whose every attribute
+    read looks the wrapper up again (field value preparation reads it many times per row)."""
+    return connections[db.alias] if isinstance(db, ConnectionProxy) else db
 
 
 def _lock() -> str:
@@ -249,6 +257,7 @@ def insert_statement(
     """The ``INSERT`` of every column of ``obj`` and its values, prepared as ``save`` would;
     with ``skip_existing``, ``ON CONFLICT DO NOTHING RETURNING <pk>`` (a row back: written)."""
     model = type(obj)
+    db = _real(db)
     values = [f.get_db_prep_save(f.pre_save(obj, True), db) for f in model._meta.concrete_fields]
     return _insert_sql(model, db.vendor, skip_existing), values
 
@@ -292,6 +301,7 @@ def update_statement(
 ) -> tuple[str, list[Any]]:
     """``update``'s statement and its parameters."""
     sql, concrete = _update_sql(type(obj), db.vendor, tuple(fields))
+    db = _real(db)
     values = [f.get_db_prep_save(f.pre_save(obj, False), db) for f in concrete]
     return sql, [*values, obj.pk]
 
@@ -313,6 +323,7 @@ def update_returning_statement(
     db: Any = connection,
 ) -> tuple[str, list[Any]]:
     """``update_returning``'s statement and its parameters (its rows: ``build``)."""
+    db = _real(db)
     shape = _shape(model, db.vendor)
     quote = db.ops.quote_name
     fields = [model._meta.get_field(name) for name in values]
@@ -340,7 +351,8 @@ def insert_all(objs: Sequence[Model]) -> set[Any]:
     pk = connection.ops.quote_name(str(model._meta.pk.column))
     sql = one + "".join(", " + marks for _ in objs[1:])
     sql += f" ON CONFLICT ({pk}) DO NOTHING RETURNING {pk}"
-    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in objs for f in fields]
+    db = _real(connection)
+    values = [f.get_db_prep_save(f.pre_save(obj, True), db) for obj in objs for f in fields]
     with connection.cursor() as cursor:
         cursor.execute(sql, values)
         written = {row[0] for row in cursor.fetchall()}
@@ -362,7 +374,8 @@ def update_each_returning(
     returns the rows it changed as instances (each value prepared as ``save`` would)."""
     if not changes:
         return []
-    vendor = connection.vendor
+    db = _real(connection)
+    vendor = db.vendor
     quote = connection.ops.quote_name
     fields = [model._meta.get_field(name) for name in names]
     table, pk = quote(str(model._meta.db_table)), quote(str(model._meta.pk.column))
@@ -387,7 +400,7 @@ def update_each_returning(
     for key, values, now in changes:
         params.append(key)
         params.extend(
-            f.get_db_prep_save(value, connection)  # type: ignore[union-attr]
+            f.get_db_prep_save(value, db)  # type: ignore[union-attr]
             for f, value in zip(fields, values, strict=True)
         )
         params.append(now)

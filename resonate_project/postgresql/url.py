@@ -11,9 +11,9 @@ and ports are taken apart first and handed to libpq as its comma-separated ``hos
 ``pool_mode = transaction``): one transaction's statements share a server connection, the next
 transaction may get another. Two things then go: server-side cursors (``QuerySet.iterator`` would
 declare a ``WITH HOLD`` cursor that outlives its transaction, on a server connection the next
-fetch may not get) and prepared statements (named per server connection). Django's and the loop
-path's cursors bind on the client and never prepare; ``prepare_threshold: None`` keeps it so if an
-OPTIONS change turns server-side binding on.
+fetch may not get) and prepared statements (named per server connection). Django's cursors bind
+on the client and never prepare; ``prepare_threshold: None`` keeps it so if an OPTIONS change
+turns server-side binding on.
 """
 
 from __future__ import annotations
