@@ -344,6 +344,9 @@ def insert_all(objs: Sequence[Model]) -> set[Any]:
     in one multi-row ``INSERT … ON CONFLICT DO NOTHING RETURNING <pk>``: the keys written."""
     if not objs:
         return set()
+    # In key order, as every lock is taken (engine.locks): two batches inserting the same new
+    # keys wait for each other in one order, never in a cycle.
+    objs = sorted(objs, key=lambda obj: obj.pk)
     model = type(objs[0])
     fields = model._meta.concrete_fields
     one = _insert_sql(model, connection.vendor, False)
@@ -374,6 +377,7 @@ def update_each_returning(
     returns the rows it changed as instances (each value prepared as ``save`` would)."""
     if not changes:
         return []
+    changes = sorted(changes, key=lambda change: change[0])  # key order, as every lock is taken
     db = _real(connection)
     vendor = db.vendor
     quote = connection.ops.quote_name

@@ -370,3 +370,41 @@ def test_a_settle_whose_update_missed_a_create_committing_meanwhile_settles_it()
     assert res.status == 200
     assert res.data["promise"]["state"] == "resolved"
     assert Promise.objects.get(id="raced").state == "resolved"
+
+
+def test_batches_locking_the_same_promises_in_opposite_orders_answer_every_request() -> None:
+    """Two envelope threads' batches (group commit) settle the same targeted promises, each
+    settlement holding its row until the batch commits, one batch in the reverse order of the
+    other: PostgreSQL may find a deadlock and abort one, which is then answered request by
+    request. No request is answered with an error, and each promise has one verdict."""
+    import contextvars
+    import json as jsonlib
+
+    from resonate_project.edges.api import Request, answer_batch
+    from resonate_project.edges.envelope import Envelope, parse
+    from resonate_project.observability.request import RequestObservation
+
+    ids = [f"lock-{i}" for i in range(12)]
+    now = now_ms()
+    for id in ids:
+        tags = {TARGET: "poll://any@workers"}
+        assert call("promise.create", {"id": id, "timeoutAt": FAR, "tags": tags}, now).status == 200
+
+    def settle(id: str, state: str) -> Request:
+        body = {"kind": "promise.settle", "data": {"id": id, "state": state, "value": {}}}
+        env = parse(jsonlib.dumps(body).encode())
+        assert isinstance(env, Envelope)
+        return Request(contextvars.copy_context().run, env, now_ms(), None, RequestObservation())
+
+    def batch(i: int) -> list[int]:
+        order = ids if i == 0 else ids[::-1]
+        state = "resolved" if i == 0 else "rejected"
+        outcomes = answer_batch([settle(id, state) for id in order])
+        return [result[0] for result, error in outcomes if error is None]
+
+    statuses = race(2, batch)
+    assert statuses == [[200] * len(ids), [200] * len(ids)]
+    states = dict(Promise.objects.filter(id__in=ids).values_list("id", "state"))
+    assert set(states.values()) <= {"resolved", "rejected"}
+    assert len(states) == len(ids)
+    assert set(Task.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"fulfilled"}
