@@ -196,7 +196,8 @@ def job_claim(
     under a live lease or halted, testing each joined task row rather than anti-joining the whole
     task table. The jobs that are plainly ready (task pending, promise live, no attempt in
     progress) are acquired together: one ``UPDATE`` of their tasks (T-03's transition: version up
-    by one, the lease) and one of their jobs. The rest take the one-by-one path
+    by one, the lease) and one of their jobs; on PostgreSQL the pick and both updates are one
+    statement (``_pick_and_acquire``, a writable CTE). The rest take the one-by-one path
     (:func:`_start`): a task whose lease has lapsed is taken back first (R5, via
     ``expire_lease``) and its unreported attempt recorded as a ``WorkerLost`` error; a job whose
     attempts are spent that way is failed instead of run; a job whose promise was settled
@@ -204,15 +205,19 @@ def job_claim(
     """
     claimed = []
     with transaction.atomic():
-        ready, others = [], []
-        for job, task_state, version, promise_live, param in _pick(backend, queues, now, limit):
-            plain = job.running is None and len(job.errors) < job.max_attempts
-            if plain and task_state == TaskState.PENDING and promise_live:
-                ready.append((job, version, param))
-            else:
-                others.append(job)
-        if ready:
-            claimed.extend(_acquire_ready(ready, pid, ttl, now))
+        if connection.vendor == "postgresql":
+            # The pick and the acquisition of the ready jobs are one statement (a writable CTE).
+            others, acquired = _pick_and_acquire(backend, queues, pid, ttl, now, limit)
+            claimed.extend(acquired)
+        else:
+            ready, others = [], []
+            for job, task_state, version, live, param in _pick(backend, queues, now, limit):
+                if _ready(job, task_state, live):
+                    ready.append((job, version, param))
+                else:
+                    others.append(job)
+            if ready:
+                claimed.extend(_acquire_ready(ready, pid, ttl, now))
         for job in others:
             view = _start(job, pid, ttl, now)
             if view is not None:
@@ -254,6 +259,79 @@ def _pick(
         (job, row[width], row[width + 1], bool(row[width + 2]), row[width + 3])
         for job, row in zip(jobs, found, strict=True)
     ]
+
+
+def _ready(job: Job, task_state: str, promise_live: bool) -> bool:
+    """Plainly ready: no attempt in progress, attempts left, the task pending, the promise live
+    (``_READY`` says the same in SQL)."""
+    plain = job.running is None and len(job.errors) < job.max_attempts
+    return plain and task_state == TaskState.PENDING and promise_live
+
+
+_READY = (
+    "running IS NULL AND jsonb_array_length(errors) < max_attempts "
+    "AND _t_state = 'pending' AND _live"
+)
+
+
+@cache
+def _pick_and_acquire_sql(queues: int) -> str:
+    """PostgreSQL: ``_pick``'s statement as a CTE, the ready jobs' task acquisition and running
+    mark as two more (``_acquire_statement``, ``_running_statement``), in one statement; each
+    picked row comes back with whether it was acquired."""
+    quote = connection.ops.quote_name
+    task, job = quote(Task._meta.db_table), quote(Job._meta.db_table)
+    pick = _pick_sql("postgresql", queues)
+    select, rest = pick.split(" FROM ", 1)
+    columns = select.removeprefix("SELECT ").rsplit(", ", 4)[0]
+    names = ", ".join(quote(str(f.column)) for f in Job._meta.concrete_fields)
+    picked = (
+        f"SELECT {columns}, t.state AS _t_state, t.version AS _t_version, "
+        "p.state = 'pending' AND p.timeout_at > %s AS _live, p.param_data AS _param "
+        f"FROM {rest}"
+    )
+    return (
+        f"WITH picked AS ({picked}), "
+        f"ready AS (SELECT id FROM picked WHERE {_READY}), "
+        f"acquired AS (UPDATE {task} t SET state = 'acquired', version = t.version + 1, "
+        "pid = %s, ttl = %s, expires_at = %s, last_pid = %s, retry_at = NULL, resumes = '[]' "
+        "FROM ready WHERE t.id = ready.id RETURNING t.id, t.version), "
+        f"marked AS (UPDATE {job} j SET running = a.version, "
+        "worker_ids = j.worker_ids || jsonb_build_array(%s::text), "
+        "started_at = COALESCE(j.started_at, %s), last_attempted_at = %s "
+        "FROM acquired a WHERE j.id = a.id RETURNING j.id) "
+        f"SELECT {names}, _t_version, _param, "
+        "id IN (SELECT id FROM marked) FROM picked"
+    )
+
+
+def _pick_and_acquire(
+    backend: str, queues: list[str], pid: str, ttl: int, now: int, limit: int
+) -> tuple[list[Job], list[JobView]]:
+    """``_pick`` and ``_acquire_ready`` in one statement on PostgreSQL: the jobs left for the
+    one-by-one path, and the views of those acquired."""
+    expires_at = later(now, ttl)
+    params: list[Any] = [now, backend, *queues, now, now, limit, pid, ttl, expires_at, pid]
+    params += [pid, now, now]
+    with connection.cursor() as cursor:
+        cursor.execute(_pick_and_acquire_sql(len(queues)), params)
+        found = cursor.fetchall()
+    width = len(Job._meta.concrete_fields)
+    jobs = rows.build(Job, [row[:width] for row in found])
+    others, views = [], []
+    for job, row in zip(jobs, found, strict=True):
+        version, param, acquired = row[width : width + 3]
+        if not acquired:
+            others.append(job)
+            continue
+        job.running = version + 1
+        job.worker_ids = [*job.worker_ids, pid]
+        job.started_at = job.started_at if job.started_at is not None else now
+        job.last_attempted_at = now
+        views.append(_view(job, _call(param), PENDING, TaskState.ACQUIRED, version + 1, None, None))
+    if views:
+        wake.deadline(expires_at, now)
+    return others, views
 
 
 def _acquire_ready(
@@ -399,7 +477,7 @@ def job_report(*, outcomes: Sequence[Outcome], now: int) -> dict[str, str | Prot
         jobs = {j.task_id: j for j in rows.build(Job, locked_jobs)}
         found = {t.pk: t for t in rows.build(Task, read_tasks)}
         promises_by_id = {p.id: p for p in rows.build(Promise, locked_promises)}
-        writes = []
+        writes: list[tuple[str, list[Any]]] = []
         for o in outcomes:
             job, t, p = jobs.get(o.id), found.get(o.id), promises_by_id.get(o.id)
             if job is None or t is None or p is None or o.id in done:
@@ -413,7 +491,8 @@ def job_report(*, outcomes: Sequence[Outcome], now: int) -> dict[str, str | Prot
             job.running = None
             if o.error is None:
                 value = Value(data=encode_json(o.value)["data"])
-                promise_transitions.settle(p, "resolved", value, now, fx, task=t)
+                with rows.deferred(writes):  # the promise and task rows go with the job rows
+                    promise_transitions.settle(p, "resolved", value, now, fx, task=t)
                 job.finished = True
                 done[o.id] = SUCCEEDED
             else:
@@ -424,7 +503,8 @@ def job_report(*, outcomes: Sequence[Outcome], now: int) -> dict[str, str | Prot
                     done[o.id] = RETRYING
                 else:
                     value = Value(data=error_value(o.error)["data"])
-                    promise_transitions.settle(p, "rejected", value, now, fx, task=t)
+                    with rows.deferred(writes):
+                        promise_transitions.settle(p, "rejected", value, now, fx, task=t)
                     job.finished = True
                     done[o.id] = FAILED
             writes.append(rows.update_statement(job, ["errors", "running", "due_at", "finished"]))

@@ -17,7 +17,9 @@ IMMEDIATE transaction already serialises writers, as ``select_for_update`` is a 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -290,8 +292,27 @@ def _update_sql(model: type[Model], vendor: str, names: tuple[str, ...]) -> tupl
     return f"UPDATE {quote(str(model._meta.db_table))} SET {sets} WHERE {pk} = %s", fields
 
 
+_deferring = threading.local()
+
+
+@contextmanager
+def deferred(into: list[tuple[str, list[Any]]]) -> Iterator[None]:
+    """Inside (this thread): ``update`` appends its statement to ``into`` instead of running it,
+    for a caller that sends them all in one round trip (``each``) before anything reads those
+    rows (``tasks_app.jobs.job_report``: a batch's settlements with their job rows)."""
+    _deferring.into = into
+    try:
+        yield
+    finally:
+        _deferring.into = None
+
+
 def update(obj: Model, fields: Sequence[str]) -> None:
     """Write these fields of ``obj`` to its row (``save(update_fields=fields)``)."""
+    into = getattr(_deferring, "into", None)
+    if into is not None:
+        into.append(update_statement(obj, fields))
+        return
     with connection.cursor() as cursor:
         cursor.execute(*update_statement(obj, fields))
 
