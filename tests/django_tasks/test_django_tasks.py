@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from outbox.models import Message
 from promises import services as promises
-from promises.models import Promise
+from promises.models import Callback, Promise
 from resonate_project.core.clock import now_ms
 from resonate_project.core.errors import ProtocolError
 from resonate_project.engine.steps import lease_expiry, retry_dispatch
@@ -429,3 +429,21 @@ async def test_aenqueue_and_aget_result(settings: Any) -> None:
         assert result.return_value == 7
     finally:  # the thread sync_to_async ran in keeps its connection otherwise
         await sync_to_async(lambda: connection.close())()
+
+
+def test_a_finished_call_unblocks_its_listeners_and_drains_its_callbacks(backend: Any) -> None:
+    """The worker's batched report settles the call's promise as any settlement does: every
+    listener gets its unblock and every callback is drained."""
+    result = t.add.enqueue(20, 22)
+    now = now_ms()
+    promises.promise_register_listener(awaited=result.id, address="poll://any@watchers", now=now)
+    awaiter = "workflow-awaiting-the-call"
+    target = {"resonate:target": "poll://any@workflows"}
+    promises.promise_create(id=awaiter, timeout_at=now + 3_600_000, now=now, tags=target)
+    promises.promise_register_callback(awaited=result.id, awaiter=awaiter, now=now)
+    assert worker().work_once() == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    unblocks = Message.objects.filter(kind="unblock", address="poll://any@watchers")
+    assert unblocks.count() == 1
+    assert not Callback.objects.filter(awaited_id=result.id).exists()
