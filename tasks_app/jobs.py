@@ -227,13 +227,16 @@ def job_claim(
 
 @cache
 def _pick_sql(vendor: str, queues: int) -> str:
+    """The claim's pick: every job column, then the task's state and version, whether the
+    promise is live (at the first parameter) and the promise's param; ``_pick_and_acquire_sql``
+    names those four (``_t_state``, ``_t_version``, ``_live``, ``_param``)."""
     quote = connection.ops.quote_name
     job_columns = ", ".join(f"j.{quote(str(f.column))}" for f in Job._meta.concrete_fields)
     lock = " FOR UPDATE OF j, t, p SKIP LOCKED" if vendor == "postgresql" else ""
     marks = ", ".join(["%s"] * queues)
     return (
-        f"SELECT {job_columns}, t.state, t.version, "
-        "p.state = 'pending' AND p.timeout_at > %s, p.param_data "
+        f"SELECT {job_columns}, t.state AS _t_state, t.version AS _t_version, "
+        "p.state = 'pending' AND p.timeout_at > %s AS _live, p.param_data AS _param "
         f"FROM {quote(Job._meta.db_table)} j "
         f"JOIN {quote(Task._meta.db_table)} t ON t.id = j.id "
         f"JOIN {quote(Promise._meta.db_table)} p ON p.id = j.id "
@@ -276,32 +279,22 @@ _READY = (
 
 @cache
 def _pick_and_acquire_sql(queues: int) -> str:
-    """PostgreSQL: ``_pick``'s statement as a CTE, the ready jobs' task acquisition and running
-    mark as two more (``_acquire_statement``, ``_running_statement``), in one statement; each
-    picked row comes back with whether it was acquired."""
+    """PostgreSQL: ``_pick_sql`` as a CTE, then the ready jobs' task acquisition
+    (``_ACQUIRE_SET``, as ``_acquire_statement``) and their running mark, in one statement;
+    each picked row comes back with whether it was acquired."""
     quote = connection.ops.quote_name
     task, job = quote(Task._meta.db_table), quote(Job._meta.db_table)
-    pick = _pick_sql("postgresql", queues)
-    select, rest = pick.split(" FROM ", 1)
-    columns = select.removeprefix("SELECT ").rsplit(", ", 4)[0]
     names = ", ".join(quote(str(f.column)) for f in Job._meta.concrete_fields)
-    picked = (
-        f"SELECT {columns}, t.state AS _t_state, t.version AS _t_version, "
-        "p.state = 'pending' AND p.timeout_at > %s AS _live, p.param_data AS _param "
-        f"FROM {rest}"
-    )
     return (
-        f"WITH picked AS ({picked}), "
+        f"WITH picked AS ({_pick_sql('postgresql', queues)}), "
         f"ready AS (SELECT id FROM picked WHERE {_READY}), "
-        f"acquired AS (UPDATE {task} t SET state = 'acquired', version = t.version + 1, "
-        "pid = %s, ttl = %s, expires_at = %s, last_pid = %s, retry_at = NULL, resumes = '[]' "
+        f"acquired AS (UPDATE {task} t SET {_ACQUIRE_SET} "
         "FROM ready WHERE t.id = ready.id RETURNING t.id, t.version), "
         f"marked AS (UPDATE {job} j SET running = a.version, "
         "worker_ids = j.worker_ids || jsonb_build_array(%s::text), "
         "started_at = COALESCE(j.started_at, %s), last_attempted_at = %s "
         "FROM acquired a WHERE j.id = a.id RETURNING j.id) "
-        f"SELECT {names}, _t_version, _param, "
-        "id IN (SELECT id FROM marked) FROM picked"
+        f"SELECT {names}, _t_version, _param, id IN (SELECT id FROM marked) FROM picked"
     )
 
 
@@ -321,14 +314,10 @@ def _pick_and_acquire(
     others, views = [], []
     for job, row in zip(jobs, found, strict=True):
         version, param, acquired = row[width : width + 3]
-        if not acquired:
+        if acquired:
+            views.append(_acquired(job, version, param, pid, now))
+        else:
             others.append(job)
-            continue
-        job.running = version + 1
-        job.worker_ids = [*job.worker_ids, pid]
-        job.started_at = job.started_at if job.started_at is not None else now
-        job.last_attempted_at = now
-        views.append(_view(job, _call(param), PENDING, TaskState.ACQUIRED, version + 1, None, None))
     if views:
         wake.deadline(expires_at, now)
     return others, views
@@ -337,21 +326,31 @@ def _pick_and_acquire(
 def _acquire_ready(
     ready: list[tuple[Job, int, str | None]], pid: str, ttl: int, now: int
 ) -> list[JobView]:
-    """T-03 for jobs whose pending task and live promise the claim holds locked: their tasks
-    acquired by ``pid`` in one statement (each version up by one), their jobs marked running in
-    a second; both go in one round trip on PostgreSQL."""
+    """T-03 for jobs whose pending task and live promise the claim holds locked (SQLite:
+    PostgreSQL acquires them in the pick, ``_pick_and_acquire``): their tasks acquired by
+    ``pid`` in one statement (each version up by one), their jobs marked running in a second."""
     ids = [job.task_id for job, _, _ in ready]
     expires_at = later(now, ttl)
     rows.each([_acquire_statement(ids, pid, ttl, expires_at), _running_statement(ids, pid, now)])
     wake.deadline(expires_at, now)
-    views = []
-    for job, version, param in ready:
-        job.running = version + 1
-        job.worker_ids = [*job.worker_ids, pid]
-        job.started_at = job.started_at if job.started_at is not None else now
-        job.last_attempted_at = now
-        views.append(_view(job, _call(param), PENDING, TaskState.ACQUIRED, version + 1, None, None))
-    return views
+    return [_acquired(job, version, param, pid, now) for job, version, param in ready]
+
+
+def _acquired(job: Job, version: int, param: str | None, pid: str, now: int) -> JobView:
+    """The view of ``job`` whose task (at ``version`` before) ``pid`` has just acquired, the job
+    as the running mark left it."""
+    job.running = version + 1
+    job.worker_ids = [*job.worker_ids, pid]
+    job.started_at = job.started_at if job.started_at is not None else now
+    job.last_attempted_at = now
+    return _view(job, _call(param), PENDING, TaskState.ACQUIRED, version + 1, None, None)
+
+
+# T-03 for a task the claim holds: version up by one, the lease (pid, ttl, expires_at, last_pid).
+_ACQUIRE_SET = (
+    "state = 'acquired', version = version + 1, pid = %s, ttl = %s, expires_at = %s, "
+    "last_pid = %s, retry_at = NULL, resumes = '[]'"
+)
 
 
 def _acquire_statement(
@@ -360,25 +359,20 @@ def _acquire_statement(
     quote = connection.ops.quote_name
     marks = ", ".join(["%s"] * len(ids))
     return (
-        f"UPDATE {quote(Task._meta.db_table)} SET state = 'acquired', version = version + 1, "
-        "pid = %s, ttl = %s, expires_at = %s, last_pid = %s, retry_at = NULL, resumes = '[]' "
-        f"WHERE id IN ({marks})",
+        f"UPDATE {quote(Task._meta.db_table)} SET {_ACQUIRE_SET} WHERE id IN ({marks})",
         [pid, ttl, expires_at, pid, *ids],
     )
 
 
 def _running_statement(ids: list[str], pid: str, now: int) -> tuple[str, list[Any]]:
-    """Each job runs its task's new version; the worker joins its history."""
+    """Each job runs its task's new version; the worker joins its history (SQLite: PostgreSQL
+    marks them in ``_pick_and_acquire_sql``)."""
     quote = connection.ops.quote_name
     marks = ", ".join(["%s"] * len(ids))
     task, job = quote(Task._meta.db_table), quote(Job._meta.db_table)
-    if connection.vendor == "postgresql":
-        append = "worker_ids || jsonb_build_array(%s::text)"
-    else:
-        append = "json_insert(worker_ids, '$[#]', %s)"
     return (
         f"UPDATE {job} SET running = (SELECT t.version FROM {task} t WHERE t.id = {job}.id), "
-        f"worker_ids = {append}, started_at = COALESCE(started_at, %s), "
+        "worker_ids = json_insert(worker_ids, '$[#]', %s), started_at = COALESCE(started_at, %s), "
         f"last_attempted_at = %s WHERE id IN ({marks})",
         [pid, now, now, *ids],
     )

@@ -152,10 +152,17 @@ def settle_plain_all(items: Sequence[tuple[str, str, Value, int]]) -> dict[str, 
         Promise,
         SETTLEMENT_FIELDS,
         changes,
-        "state = 'pending' AND timeout_at > v._now AND created_at <= v._now"
-        " AND target IS NULL AND NOT external",
+        f"{_settleable('v._now')} AND target IS NULL AND NOT external",
     )
     return {p.id: p for p in settled}
+
+
+def _settleable(now: str) -> str:
+    """The rows a one-statement settlement writes: pending and live at ``now`` (SQL: a
+    parameter or a column), and born no later (a promise born at a later clock reading than the
+    request's is left to the caller's locked path, where ``apply_settlement`` stamps it no
+    earlier than its birth)."""
+    return f"state = 'pending' AND timeout_at > {now} AND created_at <= {now}"
 
 
 def _settle_row(promise_id: str, state: str, value: Value, now: int) -> Promise | None:
@@ -174,9 +181,7 @@ def _settle_where(
             "value_data": value.data,
             "settled_at": now,
         },
-        # created_at <= now: a promise born at a later clock reading than this request's is
-        # left to the caller's locked path (``apply_settlement`` stamps it no earlier).
-        "id = %s AND state = 'pending' AND timeout_at > %s AND created_at <= %s",
+        f"id = %s AND {_settleable('%s')}",
         [promise_id, now, now],
     )
 
